@@ -1,0 +1,150 @@
+"""A causal LM with its KV cache and the token ids that cache holds.
+
+This is the only place that touches the Hugging Face cache layout. Everything else sees three
+operations:
+
+* ``prefill(ids)``: make the cache hold ``ids``, reusing the longest common prefix with what is
+  already cached (crop, then extend) and return the logits after the last id;
+* ``forward(tokens, mask, positions)``: append tokens (a chain, or a token tree with a tree
+  attention mask) and return the logits at each of them;
+* ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
+  (the accepted path of a token tree), dropping the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+
+class Cancelled(Exception):
+    """Raised between model passes when the request was cancelled."""
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class CachedModel:
+    """One resident model and its reusable KV cache (batch size 1)."""
+
+    def __init__(self, model: torch.nn.Module, prefill_chunk: int = 256) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.prefill_chunk = prefill_chunk
+        self._new_cache = lambda: DynamicCache(config=model.config)
+        self.cache = self._new_cache()
+        self.ids: list[int] = []  # the tokens whose keys/values are in the cache, in order
+        self.forward_calls = 0
+
+    # -- cache surgery ----------------------------------------------------------------------
+
+    def _layers(self) -> list:
+        return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None]
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached positions."""
+        if n >= len(self.ids):
+            return
+        if n == 0:
+            self.reset()
+            return
+        for layer in self._layers():
+            layer.keys = layer.keys[..., :n, :]
+            layer.values = layer.values[..., :n, :]
+        self.ids = self.ids[:n]
+
+    def keep(self, n: int, extra: list[int]) -> None:
+        """Keep positions ``[0, n)`` plus the positions in ``extra`` (all ``>= n``, ascending)."""
+        if not extra:
+            self.crop(n)
+            return
+        index = torch.tensor(list(range(n)) + extra, device=self.device)
+        for layer in self._layers():
+            layer.keys = layer.keys.index_select(-2, index)  # (1, heads, kept, head_dim)
+            layer.values = layer.values.index_select(-2, index)
+        self.ids = self.ids[:n] + [self.ids[i] for i in extra]
+
+    def reset(self) -> None:
+        """Forget everything cached."""
+        self.cache = self._new_cache()
+        self.ids = []
+
+    # -- passes ------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: list[int],
+        tree_mask: torch.Tensor | None = None,
+        depths: list[int] | None = None,
+        all_logits: bool = True,
+    ) -> torch.Tensor:
+        """Append ``tokens`` and return float32 logits, (len(tokens), V) or (1, V).
+
+        ``tree_mask`` (q, q) says which of the new tokens each new token may attend to (a token
+        tree); ``depths`` gives each token's distance from the cached end (its position offset).
+        Without them the tokens form a plain causal chain.
+        """
+        past = len(self.ids)
+        q = len(tokens)
+        input_ids = torch.tensor([tokens], device=self.device)
+        kwargs: dict = {}
+        if tree_mask is not None:
+            assert depths is not None
+            # (1, 1, q, past + q): every new token sees the whole cache and its own ancestors.
+            seen = torch.ones(q, past + q, dtype=torch.bool, device=self.device)
+            seen[:, past:] = tree_mask.to(self.device)
+            kwargs["attention_mask"] = seen[None, None]
+            kwargs["position_ids"] = torch.tensor([[past + d for d in depths]], device=self.device)
+        out = self.model(
+            input_ids=input_ids,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=0 if all_logits else 1,
+            **kwargs,
+        )
+        self.cache = out.cache
+        self.ids.extend(tokens)
+        self.forward_calls += 1
+        return out.logits[0].float()
+
+    def prefill(
+        self, ids: list[int], cancel: threading.Event | None = None
+    ) -> tuple[torch.Tensor, int, int]:
+        """Make the cache hold ``ids``; return (logits after the last id, reused, computed).
+
+        The longest common prefix with the cached ids is kept; at least the last id is always
+        recomputed, because its logits are what the caller needs. Long tails go in chunks, with
+        a cancellation check between chunks (what was computed stays cached for next time).
+        """
+        if not ids:
+            raise ValueError("cannot prefill an empty prompt")
+        reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
+        self.crop(reuse)
+        logits = None
+        for start in range(reuse, len(ids), self.prefill_chunk):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            chunk = ids[start : start + self.prefill_chunk]
+            logits = self.forward(chunk, all_logits=False)
+        assert logits is not None
+        return logits[-1], reuse, len(ids) - reuse
+
+
+def timed(fn, *args, **kwargs):
+    """Run ``fn`` and return (result, elapsed seconds)."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # GPU work is asynchronous: wait before reading the clock
+    return result, time.perf_counter() - t0

