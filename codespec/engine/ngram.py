@@ -24,10 +24,10 @@ class NgramProposer:
     def __init__(
         self,
         max_ngram: int = 6,
-        min_ngram: int = 2,
+        min_ngram: int = 1,
         span: int = 10,
         max_span: int = 32,
-        branches: int = 3,
+        branches: int = 5,
     ) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
@@ -37,9 +37,9 @@ class NgramProposer:
 
     def propose(self, context: list[int], budget: int) -> list[Candidate]:
         """Up to ``branches`` distinct continuations, best first, each at most ``span`` long."""
-        limit = min(self.span, budget)
-        if limit <= 0 or len(context) < self.min_ngram + 1:
+        if budget <= 0 or len(context) < self.min_ngram + 1:
             return []
+        limit = min(self.span, budget)
         ctx = np.asarray(context, dtype=np.int64)
         found: list[Candidate] = []
         seen: set[tuple[int, ...]] = set()

@@ -98,6 +98,7 @@ class SpeculationPolicy:
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
         self.probe_gap = 16
+        self.probe_max_lag = 32
         self.decisions = {"draft_on": 0, "draft_off": 0, "probes": 0}
 
     # -- measurements ---------------------------------------------------------------------------
@@ -152,8 +153,9 @@ class SpeculationPolicy:
         cost = (k + 1) * self.draft_step_s.value + self.verify_cost(1 + n + k)
         return with_draft / cost > rate_without
 
-    def plan(self, ngram_tokens: int) -> Plan:
-        """Plan the next pass, given how many n-gram tokens are on offer."""
+    def plan(self, ngram_tokens: int, draft_lag: int = 0) -> Plan:
+        """Plan the next pass, given how many n-gram tokens are on offer and how many context
+        tokens the draft's cache lacks (a probe never pays for a long catch-up prefill)."""
         budget = self.width_budget()
         use_draft = self.draft_mode == "on"
         if self.draft_mode == "auto":
@@ -164,7 +166,7 @@ class SpeculationPolicy:
                 self.probe_gap = 16
             if self.draft_on:
                 use_draft = True
-            elif self.passes_since_probe >= self.probe_gap:
+            elif self.passes_since_probe >= self.probe_gap and draft_lag <= self.probe_max_lag:
                 use_draft = True  # probe: keep the estimate honest
                 self.passes_since_probe = 0
                 self.probe_gap = min(self.probe_gap * 2, 512)

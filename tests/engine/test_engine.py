@@ -98,7 +98,9 @@ def test_stop_rule_inside_an_accepted_span(target_model):
     def stop_after_seven(tokens):
         return 7 if len(tokens) >= 7 else None
 
-    generation = engine.generate(prompt, GenerationParams(max_tokens=48), stop_rule=stop_after_seven)
+    generation = engine.generate(
+        prompt, GenerationParams(max_tokens=48), stop_rule=stop_after_seven
+    )
     assert generation.run() == reference[:7]
     stats = generation.stats
     assert stats.stop_reason == "stop_rule"
@@ -115,7 +117,9 @@ def test_streaming_yields_every_token_once(target_model):
 def test_cancel_stops_before_the_next_target_pass(target_model):
     engine = make_engine(target_model)
     cancel = threading.Event()
-    generation = engine.generate(PROMPTS[2], GenerationParams(max_tokens=48, speculate=False), cancel)
+    generation = engine.generate(
+        PROMPTS[2], GenerationParams(max_tokens=48, speculate=False), cancel
+    )
     chunks = iter(generation)
     next(chunks)  # first token (from prefill)
     next(chunks)  # one decode pass
@@ -137,14 +141,20 @@ def test_sampling_keeps_the_target_distribution():
     with torch.no_grad():
         p1 = torch.softmax(target(torch.tensor([prompt])).logits[0, -1], -1)
         p2 = torch.stack(
-            [torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1], -1) for a in range(vocab)]
+            [
+                torch.softmax(target(torch.tensor([prompt + [a]])).logits[0, -1], -1)
+                for a in range(vocab)
+            ]
         )
     joint = (p1[:, None] * p2).flatten()  # P(t1, t2)
     engine = make_engine(target, draft, draft_mode="on")
     counts = torch.zeros(vocab * vocab)
     trials, drafted, accepted = 3000, 0, 0
     for seed in range(trials):
-        g = engine.generate(prompt, GenerationParams(max_tokens=2, temperature=1.0, seed=seed))
+        # The first token comes from the prefill, the second from a speculative pass (the
+        # draft proposes a chain, the stop rule keeps two tokens).
+        params = GenerationParams(max_tokens=8, temperature=1.0, seed=seed)
+        g = engine.generate(prompt, params, stop_rule=lambda ts: 2 if len(ts) >= 2 else None)
         t1, t2 = g.run()
         counts[t1 * vocab + t2] += 1
         drafted += g.stats.proposed["draft"]
@@ -157,4 +167,4 @@ def test_sampling_keeps_the_target_distribution():
     dof = int(keep.sum())  # cells - 1, with the pooled cell
     # chi-squared 99.9% quantile ~ dof + 3.1 * sqrt(2 dof) + 3 (Wilson-Hilferty, generous)
     assert stat < dof + 3.1 * (2 * dof) ** 0.5 + 3, (stat, dof)
-    assert drafted == trials and 0 < accepted < drafted  # the draft took part, and was judged
+    assert drafted >= trials and 0 < accepted < drafted  # the draft took part, and was judged

@@ -44,7 +44,9 @@ def test_tree_pass_equals_separate_chain_passes(target_model):
         node = -1
         for k, token in enumerate(branch):
             node = next(c for c in tree.children(node) if tree.tokens[c] == token)
-            torch.testing.assert_close(tree_logits[node + 1], chain_logits[k + 1], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                tree_logits[node + 1], chain_logits[k + 1], atol=1e-4, rtol=1e-4
+            )
         torch.testing.assert_close(tree_logits[0], chain_logits[0], atol=1e-4, rtol=1e-4)
 
 

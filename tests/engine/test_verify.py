@@ -54,7 +54,9 @@ def test_a_wrong_distribution_is_detected():
     p = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])
     q = torch.tensor([0.1, 0.6, 0.1, 0.1, 0.1])
     gen = torch.Generator().manual_seed(2)
-    counts = torch.bincount(torch.multinomial(q, 20000, replacement=True, generator=gen), minlength=5)
+    counts = torch.bincount(
+        torch.multinomial(q, 20000, replacement=True, generator=gen), minlength=5
+    )
     assert chi_squared(counts.float(), p) > CHI2_999_DF4
 
 

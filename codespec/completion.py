@@ -1,0 +1,86 @@
+"""One completion, text to text: decide the mode, build the prompt, decode with the stop rules,
+shape the result. The CLI and the LSP server both call ``complete``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .engine import GenerationParams, GenerationStats
+from .prompt import FimRequest, build_fim_prompt
+from .runtime import LoadedPair
+from .stops import Cursor, Mode, StopChecker, TextStopRule, decide_mode, shape
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    mode: Mode
+    stats: GenerationStats | None  # None when no model ran (mode NONE)
+    prompt_tokens: int = 0
+
+
+@dataclass
+class CompletionOptions:
+    max_tokens: int = 64
+    line_max_tokens: int = 48
+    max_lines: int = 24
+    temperature: float = 0.0
+    seed: int | None = None
+    speculate: bool = True
+    stop_rules: bool = True
+    invoked: bool = False  # an explicit request from the user widens the mode
+    mode: Mode | None = None  # force a mode instead of deciding
+    prefix_tokens: int = 1024
+    suffix_tokens: int = 256
+    extra_tokens: int = 1024
+
+
+def complete(
+    pair: LoadedPair,
+    cursor: Cursor,
+    options: CompletionOptions | None = None,
+    path: str = "",
+    extra_files: tuple[tuple[str, str], ...] = (),
+    cancel: threading.Event | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> CompletionResult:
+    """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass."""
+    options = options or CompletionOptions()
+    mode = options.mode or decide_mode(cursor, invoked=options.invoked)
+    if mode is Mode.NONE:
+        return CompletionResult("", mode, None)
+    request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
+    prompt = build_fim_prompt(
+        pair.tokenizer,
+        pair.manifest.tokens,
+        request,
+        options.prefix_tokens,
+        options.suffix_tokens,
+        options.extra_tokens,
+    )
+    rule = None
+    if options.stop_rules:
+        rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode, options.max_lines))
+    params = GenerationParams(
+        max_tokens=options.line_max_tokens if mode is Mode.LINE else options.max_tokens,
+        temperature=options.temperature,
+        seed=options.seed,
+        speculate=options.speculate,
+    )
+    generation = pair.engine.generate(prompt, params, cancel=cancel, stop_rule=rule)
+    for _ in generation:
+        if on_text is not None:
+            text = (
+                rule.text
+                if rule and rule.text is not None
+                else pair.tokenizer.decode(generation.tokens)
+            )
+            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                on_text(text)
+    if rule is not None:
+        text = shape(rule.finish(generation.tokens), cursor, mode)
+    else:
+        text = pair.tokenizer.decode(generation.tokens)
+    return CompletionResult(text, mode, generation.stats, len(prompt))

@@ -1,0 +1,256 @@
+"""Syntax-aware completion rules: when to complete, how much, where to stop, how to shape.
+
+Text in, decisions out; no model here. ``decide_mode`` looks at the cursor and says NONE, LINE or
+BLOCK. ``StopChecker.cut`` is called as tokens are accepted (through ``TextStopRule``, the
+engine's stop hook) and returns the character index where the completion must end. ``shape``
+cleans the final text. Rules, in the order they are checked on each complete line:
+
+1. single-line mode: the end of the first line;
+2. a line that dedents below the block the cursor is in (indentation languages, and any language
+   after a blank-line gap: the completion has moved on to the next item);
+3. a closing bracket that the text after the cursor already supplies (cut before its line), or
+   one it does not supply (the completion closes the block it started in: stop after its line);
+4. the file parses again: prefix + completion + suffix has no syntax error although prefix +
+   suffix had one (the node around the cursor is complete);
+5. the completion starts repeating the first non-blank line after the cursor;
+6. a repetition loop: the same line three times in a row (one is kept);
+7. a maximum number of lines.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from .languages import GENERIC, Language, has_syntax_error
+
+CLOSERS = ")]}"
+OPENERS = "([{"
+QUOTES = "\"'`"
+
+
+class Mode(enum.Enum):
+    NONE = "none"
+    LINE = "line"
+    BLOCK = "block"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The document split at the cursor, and its language."""
+
+    prefix: str
+    suffix: str
+    language: Language = GENERIC
+
+    @property
+    def line_before(self) -> str:
+        return self.prefix.rsplit("\n", 1)[-1]
+
+    @property
+    def line_after(self) -> str:
+        return self.suffix.split("\n", 1)[0].rstrip("\r")
+
+
+def indent_of(line: str) -> int:
+    return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip(" "))
+
+
+def _in_comment_or_string(cursor: Cursor) -> bool:
+    parser = cursor.language.parser
+    if parser is None:
+        return False
+    source = (cursor.prefix + cursor.suffix).encode("utf-8")
+    offset = len(cursor.prefix.encode("utf-8"))
+    node = parser.parse(source).root_node.descendant_for_byte_range(max(offset - 1, 0), offset)
+    while node is not None:
+        if "comment" in node.type or node.type in ("string", "string_content", "template_string"):
+            return node.start_byte < offset < node.end_byte or node.type.endswith("comment")
+        node = node.parent
+    return False
+
+
+def decide_mode(cursor: Cursor, invoked: bool = False, complete_mid_word: bool = False) -> Mode:
+    """Whether and how much to complete at the cursor.
+
+    NONE in the middle of a word (word characters right of the cursor) unless configured or
+    invoked; LINE inside a comment or string, or when text follows the cursor on its line;
+    BLOCK on a blank line, or at the end of a line that opens a block. An explicit (invoked)
+    request widens NONE to LINE and an end-of-line LINE to BLOCK.
+    """
+    before, after = cursor.line_before, cursor.line_after
+    if after[:1].isalnum() or after[:1] == "_":
+        if not (complete_mid_word or invoked):
+            return Mode.NONE
+        return Mode.LINE
+    if _in_comment_or_string(cursor):
+        return Mode.LINE
+    at_line_end = after.strip() == ""
+    if not at_line_end:
+        return Mode.LINE
+    if before.strip() == "":
+        return Mode.BLOCK
+    if before.rstrip().endswith(cursor.language.block_openers) or before.rstrip()[-1:] in OPENERS:
+        return Mode.BLOCK
+    return Mode.BLOCK if invoked else Mode.LINE
+
+
+def bracket_balance(text: str) -> list[int]:
+    """Running bracket depth at the end of each line of ``text`` (strings roughly skipped)."""
+    depth, quote, out = 0, "", []
+    for line in text.split("\n"):
+        for i, ch in enumerate(line):
+            if quote:
+                if ch == quote and line[i - 1 : i] != "\\":
+                    quote = ""
+            elif ch in QUOTES:
+                quote = ch
+            elif ch in OPENERS:
+                depth += 1
+            elif ch in CLOSERS:
+                depth -= 1
+        quote = "" if quote != "`" else quote  # only template strings span lines
+        out.append(depth)
+    return out
+
+
+class StopChecker:
+    """Decides where a growing completion must end (see the module docstring)."""
+
+    def __init__(self, cursor: Cursor, mode: Mode, max_lines: int = 24) -> None:
+        self.cursor = cursor
+        self.mode = mode
+        self.max_lines = max_lines
+        lang = cursor.language
+        before = cursor.line_before
+        # The completion stays inside the block the cursor is in: on a blank line that is the
+        # cursor's column; after a block opener, anything deeper than the opener's line.
+        if before.strip() == "":
+            self.block_indent = indent_of(before)
+        else:
+            self.block_indent = indent_of(before) + 1
+        self.doc_had_error = has_syntax_error(lang, cursor.prefix + cursor.suffix)
+        self.suffix_lines = [s.strip() for s in cursor.suffix.split("\n") if s.strip()]
+
+    def cut(self, completion: str, final: bool = False) -> int | None:
+        """Character index where ``completion`` must end, or None to keep generating.
+
+        Only complete lines are judged (plus the last one when ``final``).
+        """
+        if self.mode is Mode.LINE:
+            newline = completion.find("\n")
+            return newline if newline >= 0 else None
+        lines = completion.split("\n")
+        complete = lines if final else lines[:-1]
+        balance = bracket_balance(completion)
+        offset = 0  # character index of the start of line i
+        gap = False  # a blank line came since the last non-blank one
+        for i, line in enumerate(complete):
+            end = offset + len(line)
+            stripped = line.strip()
+            if i > 0 and stripped:
+                if self._dedents(line, gap):
+                    return offset
+                if balance[i] < 0:
+                    # Rule 3: a bracket opened before the cursor is being closed.
+                    return offset if self.doc_had_error is False or self._suffix_closes() else end
+                if self._repeats_suffix(stripped):
+                    return offset
+                if i >= 2 and stripped == lines[i - 1].strip() == lines[i - 2].strip():
+                    return offset - len(lines[i - 1]) - 1
+            if stripped and self._file_parses_with(completion[:end]):
+                return end
+            if i + 1 >= self.max_lines:
+                return end
+            if i > 0:
+                gap = not stripped
+            offset = end + 1
+        return None
+
+    # -- rules --------------------------------------------------------------------------------
+
+    def _dedents(self, line: str, after_gap: bool) -> bool:
+        indent = indent_of(line)
+        if self.cursor.language.indent_blocks or self.cursor.language is GENERIC:
+            if indent < self.block_indent:
+                return True
+        # In any language, a blank-line gap followed by a line at or left of the block's
+        # indentation means the completion moved on to the next item.
+        return after_gap and indent < max(self.block_indent, 1)
+
+    def _suffix_closes(self) -> bool:
+        return bool(self.suffix_lines) and self.suffix_lines[0][0] in CLOSERS
+
+    def _repeats_suffix(self, stripped: str) -> bool:
+        if not self.suffix_lines:
+            return False
+        first = self.suffix_lines[0]
+        return stripped == first and any(c.isalnum() for c in first)
+
+    def _file_parses_with(self, text: str) -> bool:
+        if not self.doc_had_error:  # nothing to complete syntactically, or no grammar
+            return False
+        whole = self.cursor.prefix + text + self.cursor.suffix
+        return has_syntax_error(self.cursor.language, whole) is False
+
+
+def shape(completion: str, cursor: Cursor, mode: Mode) -> str:
+    """Clean a finished completion; never touches what the user typed.
+
+    Trailing whitespace goes; closing brackets or quotes that already follow the cursor are not
+    repeated; if the completion breaks a file that parsed before, it is cut back to the last line
+    end where the file still parses, or dropped.
+    """
+    text = "\n".join(line.rstrip() for line in completion.split("\n")).rstrip()
+    after = cursor.line_after.rstrip()
+    if after and "\n" not in text:
+        if text.endswith(after):
+            text = text[: len(text) - len(after)]
+        else:
+            closers = len(after) - len(after.lstrip(CLOSERS + QUOTES + ";,"))
+            for k in range(closers, 0, -1):
+                if text.endswith(after[:k]):
+                    text = text[: len(text) - k]
+                    break
+    lang = cursor.language
+    if text and has_syntax_error(lang, cursor.prefix + cursor.suffix) is False:
+        candidate = text
+        while candidate and has_syntax_error(lang, cursor.prefix + candidate + cursor.suffix):
+            cut = candidate.rfind("\n")
+            candidate = candidate[:cut].rstrip() if cut > 0 else ""
+        text = candidate
+    return text
+
+
+class TextStopRule:
+    """The engine's stop hook over text: decode, ask the checker, map the cut back to tokens."""
+
+    def __init__(self, tokenizer: Any, checker: StopChecker) -> None:
+        self.tokenizer = tokenizer
+        self.checker = checker
+        self.text: str | None = None  # the completion cut at the stop point, once stopped
+
+    def __call__(self, tokens: list[int]) -> int | None:
+        text = self.tokenizer.decode(tokens)
+        cut = self.checker.cut(text)
+        if cut is None:
+            return None
+        self.text = text[:cut]
+        # Keep the fewest tokens whose text covers the cut (the last one may run past it).
+        lo, hi = 0, len(tokens)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(self.tokenizer.decode(tokens[:mid])) >= cut:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def finish(self, tokens: list[int]) -> str:
+        """The completion text after generation ended (stopped here, or for another reason)."""
+        if self.text is not None:
+            return self.text
+        text = self.tokenizer.decode(tokens)
+        cut = self.checker.cut(text, final=True)
+        return text if cut is None else text[:cut]

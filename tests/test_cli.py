@@ -1,0 +1,75 @@
+"""`codespec complete` input errors: one line on stderr, exit status 2, no traceback, no model."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespec.prompt import split_at
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "codespec", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    path = tmp_path / "sample.py"
+    path.write_text("def f(x):\n    return x\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("{dir}/missing.py:1:1", "no such file"),
+        ("{sample}:9:1", "line 9 is past the end of the file (3 lines)"),
+        ("{sample}:1:30", "column 30 is past the end of line 1 (9 characters)"),
+        ("{sample}:0:1", "1-based"),
+        ("{sample}:x:1", "expected PATH:LINE:COL"),
+    ],
+)
+def test_bad_locations(sample, location, message):
+    spec = location.format(dir=sample.parent, sample=sample)
+    result = run_cli("complete", spec)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("codespec: error:") and message in lines[0]
+
+
+def test_missing_default_model_says_how_to_install(sample, tmp_path):
+    manifest = tmp_path / "models" / "absent.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(
+        'name = "absent"\ninstall_hint = "pip install absent-model"\n'
+        '[target]\nsource = "pypi-parts"\npackage_prefix = "codespec_absent_part"\nparts = 2\n'
+        'gguf_name = "x.gguf"\nsha256 = "00"\n'
+        '[tokens]\nfim_prefix = "a"\nfim_suffix = "b"\nfim_middle = "c"\n',
+        encoding="utf-8",
+    )
+    result = run_cli("complete", f"{sample}:1:1", "--pair", str(manifest))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "codespec_absent_part1 is not installed" in line and "pip install absent-model" in line
+
+
+def test_unknown_pair_is_a_usage_error(sample):
+    result = run_cli("complete", f"{sample}:1:1", "--pair", "no-such-pair")
+    assert result.returncode == 2 and "unknown model pair 'no-such-pair'" in result.stderr
+
+
+def test_split_at_counts_characters_and_allows_end_of_line():
+    text = "a𐐀b\r\nxyz\n"
+    assert split_at(text, 0, 2) == ("a𐐀", "b\r\nxyz\n")
+    assert split_at(text, 0, 3) == ("a𐐀b", "\r\nxyz\n")
+    assert split_at(text, 2, 0) == ("a𐐀b\r\nxyz\n", "")
+    with pytest.raises(ValueError):
+        split_at(text, 0, 4)

@@ -1,0 +1,137 @@
+"""The embedded Qwen2.5-Coder pair on real code: exactness, n-gram and draft acceptance, CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespec.engine import GenerationParams
+from codespec.prompt import FimRequest, build_fim_prompt, split_at
+
+pytestmark = pytest.mark.real_model
+ROOT = Path(__file__).resolve().parent.parent
+
+REAL_CODE = """import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+    def to_dict(self):
+        return {"x": self.x, "y": self.y}
+
+
+@dataclass
+class Size:
+    width: float
+    height: float
+
+    def to_dict(self):
+"""
+
+COPY_HEAVY = """COLORS = {
+    "red": (255, 0, 0),
+    "green": (0, 255, 0),
+    "blue": (0, 0, 255),
+}
+
+
+def color_names():
+    return ["red", "green", "blue"]
+
+
+COLORS_AGAIN = {
+"""
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from codespec.runtime import load_pair
+
+    return load_pair(progress=lambda m: None)
+
+
+def fim(pair, text: str) -> list[int]:
+    request = FimRequest(prefix=text, suffix="", path="example.py")
+    return build_fim_prompt(pair.tokenizer, pair.manifest.tokens, request)
+
+
+def run(pair, prompt, **params):
+    generation = pair.engine.generate(prompt, GenerationParams(**params))
+    generation.run()
+    return generation
+
+
+def test_speculative_equals_plain_on_real_code(pair):
+    prompt = fim(pair, REAL_CODE + "        ")
+    plain = run(pair, prompt, max_tokens=24, speculate=False)
+    spec = run(pair, prompt, max_tokens=24)
+    assert spec.tokens == plain.tokens
+    assert "width" in pair.tokenizer.decode(spec.tokens)  # a sensible completion, not noise
+    assert spec.stats.cached_tokens == len(prompt) - 1  # the second request reused the cache
+
+
+def test_ngram_is_accepted_on_copy_heavy_code(pair):
+    prompt = fim(pair, COPY_HEAVY)
+    plain = run(pair, prompt, max_tokens=32, speculate=False)
+    spec = run(pair, prompt, max_tokens=32)
+    assert spec.tokens == plain.tokens
+    stats = spec.stats
+    assert stats.accepted["ngram"] >= 10, stats
+    assert stats.tokens_per_pass > 2.0, stats
+    assert stats.target_passes < plain.stats.target_passes / 2
+
+
+def test_draft_forced_on_stays_exact_and_gets_accepted(pair):
+    policy = pair.engine.policy
+    saved = policy.draft_mode
+    policy.draft_mode = "on"
+    try:
+        prompt = fim(pair, REAL_CODE + "        ")
+        plain = run(pair, prompt, max_tokens=16, speculate=False)
+        spec = run(pair, prompt, max_tokens=16, use_ngram=False)
+    finally:
+        policy.draft_mode = saved
+    assert spec.tokens == plain.tokens
+    assert spec.stats.accepted["draft"] > 0 and spec.stats.draft_passes > 0
+
+
+def test_manifest_tokens_exist_in_the_real_vocabulary(pair):
+    tokens = pair.manifest.tokens
+    for text in (tokens.fim_prefix, tokens.fim_suffix, tokens.fim_middle, tokens.file_sep):
+        assert pair.tokenizer.convert_tokens_to_ids(text) != pair.tokenizer.unk_token_id
+    assert len(pair.stop_ids) >= 5
+
+
+def test_cli_complete_json(tmp_path):
+    source = tmp_path / "shapes.py"
+    source.write_text(REAL_CODE + "        \n", encoding="utf-8")
+    line = REAL_CODE.count("\n") + 1
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "complete",
+            f"{source}:{line}:9",
+            "--json",
+            "--max-tokens",
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    for key in ("completion", "tokens", "target_passes", "ttft_ms", "total_ms", "device", "model"):
+        assert key in report
+    assert set(report["proposed"]) == {"ngram", "draft"} == set(report["accepted"])
+    assert 0 < report["tokens"] <= 12 and report["device"] == "cpu"
+    prefix, _ = split_at(source.read_text(), line - 1, 8)
+    assert prefix.endswith("        ")

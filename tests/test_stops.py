@@ -1,0 +1,123 @@
+"""Syntax-aware rules on golden cases per language, through the real tree-sitter grammars."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from codespec.languages import LANGUAGES, language_for
+from codespec.stops import Cursor, Mode, StopChecker, TextStopRule, decide_mode, shape
+
+DATA = Path(__file__).parent / "data" / "syntax"
+MARK = "⎀"
+
+
+def load_cases():
+    return list(_cases())
+
+
+def _cases():
+    for path in sorted(DATA.glob("*.toml")):
+        spec = tomllib.loads(path.read_text(encoding="utf-8"))
+        language = spec.get("language", path.stem)
+        for case in spec["case"]:
+            yield pytest.param(language, case, id=f"{path.stem}: {case['name']}")
+
+
+def cursor_of(language: str, source: str) -> Cursor:
+    source = source.lstrip("\n")
+    assert source.count(MARK) == 1
+    prefix, suffix = source.split(MARK)
+    return Cursor(prefix, suffix, language_for(language))
+
+
+def run_rules(cursor: Cursor, mode: Mode, completion: str) -> str:
+    """Feed the completion as a model would: growing, one character at a time."""
+    checker = StopChecker(cursor, mode)
+    for n in range(1, len(completion) + 1):
+        cut = checker.cut(completion[:n])
+        if cut is not None:
+            return shape(completion[:n][:cut], cursor, mode)
+    cut = checker.cut(completion, final=True)
+    return shape(completion if cut is None else completion[:cut], cursor, mode)
+
+
+@pytest.mark.parametrize("language, case", load_cases())
+def test_golden(language, case):
+    cursor = cursor_of(language, case["source"])
+    assert cursor.language.name == LANGUAGES[language].name
+    assert cursor.language.parser is not None, f"no grammar for {language}"
+    mode = decide_mode(cursor)
+    assert mode.value == case["mode"]
+    if mode is not Mode.NONE:
+        assert run_rules(cursor, mode, case["completion"]) == case["expected"]
+
+
+def test_every_required_language_has_a_grammar_and_cases():
+    required = {
+        "python",
+        "javascript",
+        "typescript",
+        "typescriptreact",
+        "go",
+        "rust",
+        "java",
+        "c",
+        "cpp",
+        "lua",
+        "shellscript",
+    }
+    assert required <= set(LANGUAGES)
+    for name in required:
+        assert LANGUAGES[name].parser is not None, name
+    covered = {tomllib.loads(p.read_text()).get("language", p.stem) for p in DATA.glob("*.toml")}
+    assert required <= covered
+
+
+def test_language_from_extension_and_generic_fallback():
+    assert language_for(None, "a/b/main.rs").name == "rust"
+    assert language_for("tsx").name == "typescriptreact"
+    generic = language_for("haskell", "x.hs")
+    assert generic.parser is None
+    cursor = Cursor("main = do\n  ", "\n", generic)
+    assert decide_mode(cursor) is Mode.BLOCK
+    # Generic rules still stop: dedent below the block.
+    assert run_rules(cursor, Mode.BLOCK, "print 1\n  print 2\nother = 3\n") == "print 1\n  print 2"
+
+
+def test_invoked_request_widens_the_decision():
+    cursor = Cursor("x = foo", "bar()\n", language_for("python"))
+    assert decide_mode(cursor) is Mode.NONE
+    assert decide_mode(cursor, invoked=True) is Mode.LINE
+    end_of_line = Cursor("x = 1", "\n", language_for("python"))
+    assert decide_mode(end_of_line) is Mode.LINE
+    assert decide_mode(end_of_line, invoked=True) is Mode.BLOCK
+
+
+def test_shape_drops_a_completion_that_breaks_a_parsing_file():
+    cursor = Cursor("def f():\n    return 1\n", "\nx = 2\n", language_for("python"))
+    assert shape("y = (1,\n", cursor, Mode.BLOCK) == ""
+    assert shape("y = 3\nz = (", cursor, Mode.BLOCK) == "y = 3"
+
+
+def test_max_lines():
+    cursor = Cursor("def f():\n    ", "\n    return 0\n", language_for("python"))
+    checker = StopChecker(cursor, Mode.BLOCK, max_lines=3)
+    text = "a = 1\n    b = 2\n    c = 3\n    d = 4\n"
+    assert text[: checker.cut(text)] == "a = 1\n    b = 2\n    c = 3"
+
+
+class CharTokenizer:
+    """One token per character: the stop hook's token <-> text mapping, without a model."""
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def test_text_stop_rule_maps_the_cut_to_tokens():
+    cursor = Cursor("x = ", "\ny = 2\n", language_for("python"))
+    rule = TextStopRule(CharTokenizer(), StopChecker(cursor, Mode.LINE))
+    tokens = [ord(c) for c in "42\nz = 1"]
+    assert rule(tokens[:2]) is None
+    assert rule(tokens) == 2 and rule.text == "42"
+    assert rule.finish(tokens) == "42"
