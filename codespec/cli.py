@@ -72,6 +72,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare", help="join, verify and convert a pair's weights (once)")
     p.add_argument("--pair", default=DEFAULT_PAIR)
+
+    s = sub.add_parser("serve", help="run the daemon in the foreground")
+    s.add_argument("--socket", default=None, help="unix socket path (default: user runtime dir)")
+    s.add_argument(
+        "--tcp",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also listen on TCP (127.0.0.1; clients must send the token)",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="TCP address (loopback unless allowed)")
+    s.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (the token is still required)",
+    )
+    s.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
+    s.add_argument("--config", default=None, help="settings TOML (default: user config dir)")
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--no-status", action="store_true", help="no live status line")
+    s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    _add_model_options(s)
+
+    lsp = sub.add_parser("lsp", help="LSP over stdio for editors (starts the daemon if needed)")
+    lsp.add_argument("--socket", default=None)
+    lsp.add_argument(
+        "--tcp",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
+    )
+    lsp.add_argument("--pair", default=None, help="model pair for a daemon this starts")
     return parser
 
 
@@ -178,7 +211,68 @@ def completion_report(result, pair) -> dict:
     }
 
 
-COMMANDS = {"complete": cmd_complete, "prepare": cmd_prepare}
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import ipaddress
+    import logging
+    from dataclasses import replace
+
+    from .runtime import load_pair
+    from .server.config import load_file
+    from .server.daemon import Daemon, default_socket, read_or_create_token, run_daemon
+
+    if args.tcp is not None:
+        try:
+            loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+        except ValueError:
+            raise UsageError(f"--host must be an IP address, got {args.host!r}") from None
+        if not loopback and not args.allow_remote:
+            raise UsageError(f"refusing to listen on {args.host}: pass --allow-remote to do so")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message, code included
+    settings, problems = load_file(Path(args.config) if args.config else None)
+    for problem in problems:
+        _note(problem)
+    if args.max_tokens is not None:
+        settings = replace(settings, max_tokens=args.max_tokens)
+    daemon = Daemon(
+        lambda: load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=_note),
+        settings,
+        pass_delay_s=args.test_pass_delay,
+    )
+    socket_path = Path(args.socket) if args.socket else default_socket()
+    token = read_or_create_token() if args.tcp is not None else None
+    asyncio.run(
+        run_daemon(daemon, socket_path, args.tcp, args.host, token, status=not args.no_status)
+    )
+    return 0
+
+
+def cmd_lsp(args: argparse.Namespace) -> int:
+    from .server.daemon import default_socket
+    from .server.relay import connect, connect_or_start, relay
+
+    if args.tcp is not None:
+        try:
+            sock = connect(None, ("127.0.0.1", args.tcp))
+        except OSError as exc:
+            raise UsageError(f"no codespec daemon on 127.0.0.1:{args.tcp}: {exc}") from None
+    else:
+        socket_path = Path(args.socket) if args.socket else default_socket()
+        daemon_args = ["--pair", args.pair] if args.pair else []
+        try:
+            sock = connect_or_start(socket_path, daemon_args)
+        except TimeoutError as exc:
+            raise UsageError(str(exc)) from None
+    return relay(sock)
+
+
+COMMANDS = {
+    "complete": cmd_complete,
+    "prepare": cmd_prepare,
+    "serve": cmd_serve,
+    "lsp": cmd_lsp,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,192 @@
+"""The engine worker: one thread owns the model; LSP sessions submit jobs to it.
+
+Scheduling rules:
+
+* per (session, document) the newest request wins: submitting a job cancels the previous one
+  for the same document (queued: it never starts; running: it stops before its next target
+  pass);
+* a job whose document has changed since it was submitted is answered empty without running
+  the model (its result would be for text that no longer exists);
+* sessions are served round-robin, so one busy editor cannot starve another;
+* a failure inside the model call fails that job only; the worker goes on with the next.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from ..completion import CompletionOptions, CompletionResult, complete
+from ..stops import Cursor
+
+
+class CancelEvent(threading.Event):
+    """A cancel flag that remembers how many target passes had run when it was set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes_at_cancel: int | None = None
+        self.probe: Callable[[], int] = lambda: 0  # reads the engine's target pass counter
+
+    def set(self) -> None:
+        if not self.is_set():
+            self.passes_at_cancel = self.probe()
+        super().set()
+
+
+@dataclass
+class Job:
+    session: int
+    uri: str
+    version: int
+    cursor: Cursor
+    options: CompletionOptions
+    path: str = ""
+    extra_files: tuple[tuple[str, str], ...] = ()
+    on_text: Callable[[str], None] | None = None
+    current_version: Callable[[], int | None] = lambda: None
+    cancel: CancelEvent = field(default_factory=CancelEvent)
+    future: Future = field(default_factory=Future)
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class WorkerStats:
+    served: int = 0
+    cancelled: int = 0
+    stale: int = 0
+    failed: int = 0
+    tokens: int = 0
+    passes: int = 0
+    latencies_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
+    last_cancel: dict = field(default_factory=dict)  # passes at cancel vs at the end, last job
+
+
+class Worker:
+    """Owns the engine; runs one job at a time."""
+
+    def __init__(self, get_pair: Callable[[], object], pass_delay_s: float = 0.0) -> None:
+        self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
+        self.pass_delay_s = pass_delay_s  # testing aid: slow each target pass down
+        self.queues: dict[int, collections.deque[Job]] = {}
+        self.order: collections.deque[int] = collections.deque()  # round-robin of sessions
+        self.latest: dict[tuple[int, str], Job] = {}
+        self.cond = threading.Condition()
+        self.stats = WorkerStats()
+        self.running: Job | None = None
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
+        self.thread.start()
+
+    # -- called from the LSP side -------------------------------------------------------------
+
+    def submit(self, job: Job) -> Future:
+        with self.cond:
+            previous = self.latest.get((job.session, job.uri))
+            if previous is not None:
+                previous.cancel.set()
+            self.latest[(job.session, job.uri)] = job
+            self.queues.setdefault(job.session, collections.deque()).append(job)
+            if job.session not in self.order:
+                self.order.append(job.session)
+            self.cond.notify()
+        return job.future
+
+    def drop_session(self, session: int) -> None:
+        """A session ended: cancel its work and forget it."""
+        with self.cond:
+            for job in self.queues.pop(session, ()):
+                job.cancel.set()
+            if self.running is not None and self.running.session == session:
+                self.running.cancel.set()
+            self.latest = {k: v for k, v in self.latest.items() if k[0] != session}
+            if session in self.order:
+                self.order.remove(session)
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+
+    # -- the worker thread --------------------------------------------------------------------
+
+    def _next(self) -> Job | None:
+        with self.cond:
+            while not self.stopping:
+                for _ in range(len(self.order)):
+                    session = self.order[0]
+                    self.order.rotate(-1)
+                    queue = self.queues.get(session)
+                    if queue:
+                        self.running = queue.popleft()
+                        return self.running
+                self.cond.wait()
+            return None
+
+    def _run(self) -> None:
+        while (job := self._next()) is not None:
+            try:
+                self._serve(job)
+            finally:
+                with self.cond:
+                    self.running = None
+                    if self.latest.get((job.session, job.uri)) is job:
+                        del self.latest[(job.session, job.uri)]
+
+    def _serve(self, job: Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return
+        if job.cancel.is_set():
+            self.stats.cancelled += 1
+            job.future.set_result(None)
+            return
+        current = job.current_version()
+        if current is not None and current > job.version:
+            self.stats.stale += 1
+            job.future.set_result(None)
+            return
+        try:
+            pair = self.get_pair()
+            forwards = pair.engine.target  # counts target forward passes, for cancel checks
+            job.cancel.probe = lambda: forwards.forward_calls
+            result: CompletionResult = complete(
+                pair,
+                job.cursor,
+                job.options,
+                path=job.path,
+                extra_files=job.extra_files,
+                cancel=job.cancel,
+                on_text=self._on_text(job),
+            )
+        except Exception as exc:  # the model call failed: this job fails, the worker goes on
+            self.stats.failed += 1
+            job.future.set_exception(exc)
+            return
+        stats = result.stats
+        if stats is not None:
+            self.stats.tokens += stats.tokens
+            self.stats.passes += stats.target_passes + 1
+        if job.cancel.is_set():
+            self.stats.cancelled += 1
+            self.stats.last_cancel = {
+                "passes_at_cancel": job.cancel.passes_at_cancel,
+                "passes_final": forwards.forward_calls,
+            }
+            job.future.set_result(None)
+            return
+        self.stats.served += 1
+        self.stats.latencies_s.append(time.perf_counter() - job.submitted)
+        job.future.set_result(result)
+
+    def _on_text(self, job: Job) -> Callable[[str], None]:
+        def on_text(text: str) -> None:
+            if job.on_text is not None and not job.cancel.is_set():
+                job.on_text(text)
+            if self.pass_delay_s:
+                time.sleep(self.pass_delay_s)
+
+        return on_text

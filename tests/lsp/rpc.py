@@ -1,0 +1,58 @@
+"""A minimal raw JSON-RPC client over a socket, for tests that must send malformed bytes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from codespec.server.framing import frame
+
+
+class RawClient:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.settimeout(30)
+        self.buffer = b""
+
+    def send(self, payload: dict | bytes) -> None:
+        self.sock.sendall(payload if isinstance(payload, bytes) else frame(payload))
+
+    def read(self, timeout: float = 30) -> dict | None:
+        """The next message, or None if the server closed the connection."""
+        deadline = time.monotonic() + timeout
+        while True:
+            head, sep, rest = self.buffer.partition(b"\r\n\r\n")
+            if sep:
+                length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                              if h.lower().startswith(b"content-length"))
+                if len(rest) >= length:
+                    self.buffer = rest[length:]
+                    return json.loads(rest[:length])
+            if time.monotonic() > deadline:
+                raise TimeoutError("no message from the server")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+    def reply_to(self, msg_id) -> dict:
+        """Read until the response to ``msg_id`` (skipping notifications)."""
+        while True:
+            message = self.read()
+            assert message is not None, "connection closed"
+            if message.get("id") == msg_id and "method" not in message:
+                return message
+
+    def initialize(self, msg_id=1, **capabilities) -> dict:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
+                   "params": {"capabilities": capabilities, "processId": None}})
+        reply = self.reply_to(msg_id)
+        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        return reply
+
+
+def unix_client(path) -> RawClient:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    return RawClient(sock)

@@ -1,0 +1,160 @@
+"""Raw JSON-RPC against the daemon: lifecycle errors, bad bytes, socket mode, TCP auth, relay."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import SOCKET, start_daemon, wait_for_socket
+from rpc import RawClient, unix_client
+
+from codespec.server.daemon import read_or_create_token
+from codespec.server.framing import frame
+
+
+def test_socket_file_is_private(daemon):
+    assert stat.S_IMODE(os.stat(SOCKET).st_mode) == 0o600
+
+
+def test_request_before_initialize_then_normal_service(daemon):
+    client = unix_client(SOCKET)
+    client.send({"jsonrpc": "2.0", "id": 7, "method": "textDocument/hover", "params": {}})
+    assert client.reply_to(7)["error"]["code"] == -32002
+    reply = client.initialize(msg_id=8)
+    assert "inlineCompletionProvider" in reply["result"]["capabilities"]
+    assert reply["result"]["capabilities"]["positionEncoding"] == "utf-16"
+    client.send({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {"capabilities": {}}})
+    assert client.reply_to(9)["error"]["code"] == -32600
+
+
+def test_utf8_is_chosen_when_offered(daemon):
+    client = unix_client(SOCKET)
+    reply = client.initialize(general={"positionEncodings": ["utf-16", "utf-8"]})
+    assert reply["result"]["capabilities"]["positionEncoding"] == "utf-8"
+
+
+def test_malformed_messages_get_errors_and_the_server_keeps_serving(daemon):
+    client = unix_client(SOCKET)
+    client.initialize()
+    body = b'{"jsonrpc": "2.0", "id": 3, "method": '  # truncated JSON
+    client.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert client.read()["error"]["code"] == -32700
+    client.send(b"Content-Length: 7\r\n\r\n[1,2,3]")
+    assert client.read()["error"]["code"] == -32600
+    client.send({"jsonrpc": "2.0", "id": 4, "method": "no/such/method", "params": {}})
+    assert client.reply_to(4)["error"]["code"] == -32601
+    client.send({"jsonrpc": "2.0", "id": 5, "method": "textDocument/inlineCompletion",
+                 "params": {"textDocument": 12}})
+    error = client.reply_to(5)["error"]
+    assert error["code"] == -32602 and "Traceback" not in str(error) and "/work" not in str(error)
+    client.send({"jsonrpc": "2.0", "id": 6, "method": "codespec/stats", "params": {}})
+    assert "served" in client.reply_to(6)["result"]
+
+
+def test_request_after_shutdown_is_refused(daemon):
+    client = unix_client(SOCKET)
+    client.initialize()
+    client.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
+    assert client.reply_to(2)["result"] is None
+    client.send({"jsonrpc": "2.0", "id": 3, "method": "codespec/stats", "params": {}})
+    assert client.reply_to(3)["error"]["code"] == -32600
+    client.send({"jsonrpc": "2.0", "method": "exit"})
+    assert client.read() is None  # the session ended; the daemon did not
+    assert unix_client(SOCKET).initialize()["result"]
+
+
+def test_non_lsp_bytes_close_the_connection(daemon):
+    client = unix_client(SOCKET)
+    client.send(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
+    assert client.read() is None
+    client = unix_client(SOCKET)
+    client.send(b"Content-Length: 99999999999\r\n\r\n")
+    assert client.read() is None
+    assert unix_client(SOCKET).initialize()["result"]  # still serving
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tcp_daemon(tiny_manifest, tmp_path_factory):
+    port = free_port()
+    path = tmp_path_factory.mktemp("tcp") / "d.sock"
+    proc = start_daemon(tiny_manifest, "--tcp", str(port), socket_path=path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def tcp_client(port: int) -> RawClient:
+    return RawClient(socket.create_connection(("127.0.0.1", port), timeout=10))
+
+
+def auth(token: str) -> dict:
+    return {"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}}
+
+
+def test_tcp_requires_the_token(tcp_daemon):
+    token = read_or_create_token()
+    token_path = os.path.expanduser("~/.config/codespec/daemon.token")
+    if os.path.exists(token_path):
+        assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
+    no_token = tcp_client(tcp_daemon)
+    no_token.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+    assert no_token.read() is None  # closed, nothing dispatched
+    wrong = tcp_client(tcp_daemon)
+    wrong.send(auth(token + "x"))
+    wrong.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+    assert wrong.read() is None
+    http = tcp_client(tcp_daemon)
+    http.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert http.read() is None
+    good = tcp_client(tcp_daemon)
+    good.send(auth(token))
+    assert "capabilities" in good.initialize()["result"]
+
+
+def test_non_loopback_bind_is_refused_without_the_flag():
+    result = subprocess.run(
+        [sys.executable, "-m", "codespec", "serve", "--tcp", "9", "--host", "0.0.0.0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2 and "--allow-remote" in result.stderr
+
+
+def test_lsp_relay_starts_a_daemon_when_none_runs(tiny_manifest, tmp_path):
+    path = tmp_path / "auto.sock"
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "lsp", "--socket", str(path), "--pair",
+         str(tiny_manifest)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    try:
+        relay.stdin.write(frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                 "params": {"capabilities": {}}}))
+        relay.stdin.flush()
+        header = relay.stdout.readline()
+        assert header.startswith(b"Content-Length")
+        wait_for_socket(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    finally:
+        relay.kill()
+        pid = subprocess.run(["pgrep", "-f", f"serve --socket {path}"], capture_output=True,
+                             text=True).stdout.split()
+        for p in pid:
+            os.kill(int(p), 15)
