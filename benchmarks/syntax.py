@@ -24,7 +24,7 @@ import sysconfig
 from pathlib import Path
 
 from codespec.completion import CompletionOptions, complete
-from codespec.languages import LANGUAGES, has_syntax_error, language_for
+from codespec.languages import LANGUAGES, has_syntax_error
 from codespec.runtime import load_pair
 from codespec.stops import Cursor, Mode
 
@@ -49,7 +49,11 @@ def find_sources(language: str, dirs: list[Path], limit: int = 400) -> list[Path
         for path in sorted(d.rglob("*")):
             if len(found) >= limit:
                 return found
-            if path.suffix in lang.extensions and path.is_file() and 2000 < path.stat().st_size < 60000:
+            if (
+                path.suffix in lang.extensions
+                and path.is_file()
+                and 2000 < path.stat().st_size < 60000
+            ):
                 found.append(path)
     return found
 
@@ -86,7 +90,9 @@ def main() -> None:
     report: dict = {"by_language": {}, "missing": []}
     for name, language in LANGUAGES.items():
         files = find_sources(name, dirs)
-        files = [f for f in files if has_syntax_error(language, f.read_text(errors="replace")) is False]
+        files = [
+            f for f in files if has_syntax_error(language, f.read_text(errors="replace")) is False
+        ]
         if not files:
             report["missing"].append(name)
             print(f"{name:16} no parseable source files found", flush=True)
@@ -143,7 +149,10 @@ def main() -> None:
         }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1))
-    print(f"\n{'language':16} holes  parse-ok(rules)  parse-ok(free)  tokens rules/free  passes rules/free")
+    print(
+        f"\n{'language':16} holes  parse-ok(rules)  parse-ok(free)  tokens rules/free  "
+        "passes rules/free"
+    )
     for name, r in report["by_language"].items():
         print(
             f"{name:16} {r['holes']:5}  {100 * r['parse_ok']:14.0f}%  "

@@ -5,7 +5,7 @@ import json
 import sys
 
 import pytest
-from conftest import tiny_qwen2
+from helpers import tiny_qwen2
 
 from codespec import models
 from codespec.models import ModelError, ModelSource, load_manifest

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 import torch
-from conftest import naive_greedy, tiny_qwen2
+from helpers import naive_greedy, tiny_qwen2
 
 from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
 from codespec.engine.policy import SpeculationPolicy

@@ -24,8 +24,11 @@ class RawClient:
         while True:
             head, sep, rest = self.buffer.partition(b"\r\n\r\n")
             if sep:
-                length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
-                              if h.lower().startswith(b"content-length"))
+                length = next(
+                    int(h.split(b":")[1])
+                    for h in head.split(b"\r\n")
+                    if h.lower().startswith(b"content-length")
+                )
                 if len(rest) >= length:
                     self.buffer = rest[length:]
                     return json.loads(rest[:length])
@@ -45,8 +48,14 @@ class RawClient:
                 return message
 
     def initialize(self, msg_id=1, **capabilities) -> dict:
-        self.send({"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
-                   "params": {"capabilities": capabilities, "processId": None}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "method": "initialize",
+                "params": {"capabilities": capabilities, "processId": None},
+            }
+        )
         reply = self.reply_to(msg_id)
         self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return reply

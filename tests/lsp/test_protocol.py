@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import SOCKET, start_daemon, wait_for_socket
+from lsp_helpers import SOCKET, start_daemon, wait_for_socket
 from rpc import RawClient, unix_client
 
 from codespec.server.daemon import read_or_create_token
@@ -48,8 +48,14 @@ def test_malformed_messages_get_errors_and_the_server_keeps_serving(daemon):
     assert client.read()["error"]["code"] == -32600
     client.send({"jsonrpc": "2.0", "id": 4, "method": "no/such/method", "params": {}})
     assert client.reply_to(4)["error"]["code"] == -32601
-    client.send({"jsonrpc": "2.0", "id": 5, "method": "textDocument/inlineCompletion",
-                 "params": {"textDocument": 12}})
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "textDocument/inlineCompletion",
+            "params": {"textDocument": 12},
+        }
+    )
     error = client.reply_to(5)["error"]
     assert error["code"] == -32602 and "Traceback" not in str(error) and "/work" not in str(error)
     client.send({"jsonrpc": "2.0", "id": 6, "method": "codespec/stats", "params": {}})
@@ -115,7 +121,9 @@ def test_tcp_requires_the_token(tcp_daemon):
     if os.path.exists(token_path):
         assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
     no_token = tcp_client(tcp_daemon)
-    no_token.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+    no_token.send(
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+    )
     assert no_token.read() is None  # closed, nothing dispatched
     wrong = tcp_client(tcp_daemon)
     wrong.send(auth(token + "x"))
@@ -132,7 +140,9 @@ def test_tcp_requires_the_token(tcp_daemon):
 def test_non_loopback_bind_is_refused_without_the_flag():
     result = subprocess.run(
         [sys.executable, "-m", "codespec", "serve", "--tcp", "9", "--host", "0.0.0.0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2 and "--allow-remote" in result.stderr
 
@@ -140,13 +150,25 @@ def test_non_loopback_bind_is_refused_without_the_flag():
 def test_lsp_relay_starts_a_daemon_when_none_runs(tiny_manifest, tmp_path):
     path = tmp_path / "auto.sock"
     relay = subprocess.Popen(
-        [sys.executable, "-m", "codespec", "lsp", "--socket", str(path), "--pair",
-         str(tiny_manifest)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "lsp",
+            "--socket",
+            str(path),
+            "--pair",
+            str(tiny_manifest),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     try:
-        relay.stdin.write(frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                 "params": {"capabilities": {}}}))
+        relay.stdin.write(
+            frame(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+            )
+        )
         relay.stdin.flush()
         header = relay.stdout.readline()
         assert header.startswith(b"Content-Length")
@@ -154,7 +176,92 @@ def test_lsp_relay_starts_a_daemon_when_none_runs(tiny_manifest, tmp_path):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     finally:
         relay.kill()
-        pid = subprocess.run(["pgrep", "-f", f"serve --socket {path}"], capture_output=True,
-                             text=True).stdout.split()
+        pid = subprocess.run(
+            ["pgrep", "-f", f"serve --socket {path}"], capture_output=True, text=True
+        ).stdout.split()
         for p in pid:
             os.kill(int(p), 15)
+
+
+def inline_request(msg_id, uri, line, character):
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "textDocument/inlineCompletion",
+        "params": {
+            "textDocument": {"uri": uri},
+            "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1},
+        },
+    }
+
+
+def did_open(uri, text):
+    return {
+        "jsonrpc": "2.0",
+        "method": "textDocument/didOpen",
+        "params": {
+            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
+        },
+    }
+
+
+def session(**options) -> RawClient:
+    client = unix_client(SOCKET)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {"capabilities": {}, "initializationOptions": options},
+        }
+    )
+    client.reply_to("init")
+    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return client
+
+
+def test_two_sessions_one_cancelled_the_other_unaffected(daemon):
+    raw = {"stopRules": False, "maxTokens": 30}
+    b_text = "def scale(values, k):\n    \n"
+    alone = session(**raw)
+    alone.send(did_open("file:///tmp/b.py", b_text))
+    alone.send(inline_request(1, "file:///tmp/b.py", 1, 4))
+    expected = alone.reply_to(1)["result"]["items"][0]["insertText"]
+
+    a, b = session(**raw), session(**raw)
+    a.send(did_open("file:///tmp/a.py", "import sys\n\nclass Thing:\n    \n"))
+    b.send(did_open("file:///tmp/b.py", b_text))
+    a.send(inline_request("a1", "file:///tmp/a.py", 3, 4))
+    b.send(inline_request("b1", "file:///tmp/b.py", 1, 4))
+    while (m := a.read()) is not None and m.get("method") != "codespec/partialCompletion":
+        pass
+    a.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "a1"}})
+    assert a.reply_to("a1")["error"]["code"] == -32800
+    assert b.reply_to("b1")["result"]["items"][0]["insertText"] == expected
+    a.sock.close()  # a client dies: the others are still served
+    b.send(inline_request("b2", "file:///tmp/b.py", 1, 4))
+    assert b.reply_to("b2")["result"]["items"][0]["insertText"] == expected
+
+
+def test_a_model_failure_is_an_lsp_error_and_the_daemon_goes_on(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text(
+        'name = "broken"\n[target]\nsource = "hf-dir"\nlabel = "gone"\n'
+        f'path = "{tmp_path / "no-such-model"}"\n'
+        '[tokens]\nfim_prefix = "a"\nfim_suffix = "b"\nfim_middle = "c"\n'
+    )
+    path = tmp_path / "broken.sock"
+    proc = start_daemon(broken, socket_path=path)
+    try:
+        client = unix_client(path)
+        client.initialize()
+        client.send(did_open("file:///tmp/x.py", "x = 1\n"))
+        for msg_id in (1, 2):
+            client.send(inline_request(msg_id, "file:///tmp/x.py", 1, 0))
+            error = client.reply_to(msg_id)["error"]
+            assert error["code"] == -32603 and "failed to load" in error["message"]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
