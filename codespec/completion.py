@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .engine import GenerationParams, GenerationStats
-from .prompt import FimRequest, build_fim_prompt
+from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
 from .runtime import LoadedPair
 from .stops import Cursor, Mode, StopChecker, TextStopRule, decide_mode, shape
 
@@ -19,6 +19,7 @@ class CompletionResult:
     mode: Mode
     stats: GenerationStats | None  # None when no model ran (mode NONE)
     prompt_tokens: int = 0
+    anchor: Anchor | None = None  # pass it to the next request for the same document
 
 
 @dataclass
@@ -45,21 +46,29 @@ def complete(
     extra_files: tuple[tuple[str, str], ...] = (),
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
+    anchor: Anchor | None = None,
 ) -> CompletionResult:
-    """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass."""
+    """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass.
+
+    With the ``anchor`` of an earlier request on the same document, text typed at that cursor
+    since then extends the cached prompt instead of rebuilding it (see ``prompt.Anchor``).
+    """
     options = options or CompletionOptions()
     mode = options.mode or decide_mode(cursor, invoked=options.invoked)
     if mode is Mode.NONE:
-        return CompletionResult("", mode, None)
-    request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
-    prompt = build_fim_prompt(
-        pair.tokenizer,
-        pair.manifest.tokens,
-        request,
-        options.prefix_tokens,
-        options.suffix_tokens,
-        options.extra_tokens,
-    )
+        return CompletionResult("", mode, None, anchor=anchor)
+    prompt = extend_anchor(pair.tokenizer, anchor, cursor.prefix, cursor.suffix)
+    if prompt is None:
+        request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
+        prompt = build_fim_prompt(
+            pair.tokenizer,
+            pair.manifest.tokens,
+            request,
+            options.prefix_tokens,
+            options.suffix_tokens,
+            options.extra_tokens,
+        )
+        anchor = Anchor(cursor.prefix, cursor.suffix, prompt)
     rule = None
     if options.stop_rules:
         rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode, options.max_lines))
@@ -83,4 +92,4 @@ def complete(
         text = shape(rule.finish(generation.tokens), cursor, mode)
     else:
         text = pair.tokenizer.decode(generation.tokens)
-    return CompletionResult(text, mode, generation.stats, len(prompt))
+    return CompletionResult(text, mode, generation.stats, len(prompt), anchor)

@@ -12,7 +12,7 @@ last lines, the suffix its first lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .models import FimTokens
@@ -103,3 +103,32 @@ def build_fim_prompt(
     ids += special(tokens.fim_suffix) + encode(suffix)
     ids += special(tokens.fim_middle)
     return ids
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A prompt built for a cursor, kept so that typing at that cursor extends it.
+
+    While the user types at the anchored cursor, the document is ``prefix + typed + suffix``.
+    Rebuilding the FIM prompt would put the typed text before ``<|fim_suffix|>`` and so change
+    every token after it; instead the typed text is appended after ``<|fim_middle|>``, as the
+    start of the middle the model is writing. The prompt then only grows at its end, and the KV
+    cache prefills just the typed tokens.
+    """
+
+    prefix: str
+    suffix: str
+    ids: list[int] = field(default_factory=list)
+
+
+def extend_anchor(
+    tokenizer: Any, anchor: Anchor | None, prefix: str, suffix: str, max_typed: int = 64
+) -> list[int] | None:
+    """The anchored prompt for a cursor after typing, or None when a fresh prompt is needed
+    (the suffix changed, text before the anchor changed, a newline or too much was typed)."""
+    if anchor is None or suffix != anchor.suffix or not prefix.startswith(anchor.prefix):
+        return None
+    typed = prefix[len(anchor.prefix) :]
+    if len(typed) > max_typed or "\n" in typed:
+        return None
+    return anchor.ids + tokenizer.encode(typed, add_special_tokens=False)

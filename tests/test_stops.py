@@ -121,3 +121,16 @@ def test_text_stop_rule_maps_the_cut_to_tokens():
     assert rule(tokens[:2]) is None
     assert rule(tokens) == 2 and rule.text == "42"
     assert rule.finish(tokens) == "42"
+
+
+def test_typing_at_an_anchored_cursor_only_extends_the_prompt():
+    from codespec.prompt import Anchor, extend_anchor
+
+    anchor = Anchor("x = ", "\ny = 2\n", [1, 2, 3])
+    tok = CharTokenizer()
+    tok.encode = lambda text, add_special_tokens=False: [ord(c) for c in text]
+    assert extend_anchor(tok, anchor, "x = ab", "\ny = 2\n") == [1, 2, 3, ord("a"), ord("b")]
+    assert extend_anchor(tok, anchor, "x = ", "\ny = 2\n") == [1, 2, 3]
+    assert extend_anchor(tok, anchor, "x = a", "\ny = 3\n") is None  # the suffix changed
+    assert extend_anchor(tok, anchor, "z = a", "\ny = 2\n") is None  # text before it changed
+    assert extend_anchor(tok, anchor, "x = a\n", "\ny = 2\n") is None  # a new line: re-anchor

@@ -44,6 +44,7 @@ class SessionState:
     exited: bool = False
     settings: Settings = field(default_factory=Settings)
     client_pid: int | None = None
+    anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
 
 
 class CodespecProtocol(LanguageServerProtocol):
@@ -120,6 +121,10 @@ def create_session(worker: Worker, defaults: Settings) -> LanguageServer:
     async def on_custom_inline(params: Any) -> types.InlineCompletionList:
         typed = ls.protocol._converter.structure(_as_dict(params), types.InlineCompletionParams)
         return await inline_completion(ls, worker, typed)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def on_close(params: types.DidCloseTextDocumentParams) -> None:
+        state.anchors.pop(params.text_document.uri, None)
 
     @ls.feature(STATS)
     def on_stats(params: Any) -> dict:
@@ -214,6 +219,7 @@ async def inline_completion(
         others,
         on_text,
         current_version,
+        anchors=state.anchors,
     )
     future = worker.submit(job)
     try:

@@ -49,6 +49,7 @@ class Job:
     extra_files: tuple[tuple[str, str], ...] = ()
     on_text: Callable[[str], None] | None = None
     current_version: Callable[[], int | None] = lambda: None
+    anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
     cancel: CancelEvent = field(default_factory=CancelEvent)
     future: Future = field(default_factory=Future)
     submitted: float = field(default_factory=time.perf_counter)
@@ -161,7 +162,10 @@ class Worker:
                 extra_files=job.extra_files,
                 cancel=job.cancel,
                 on_text=self._on_text(job),
+                anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
             )
+            if job.anchors is not None and result.anchor is not None:
+                job.anchors[job.uri] = result.anchor
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
             self.stats.failed += 1
             job.future.set_exception(exc)

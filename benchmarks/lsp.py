@@ -1,0 +1,241 @@
+"""Daemon latency benchmark: keystroke -> first streamed text, whole single-line completion, and
+the relay overhead of ``codespec lsp``, with the embedded pair on this machine.
+
+A daemon is started on a private socket. For each cursor (line ends inside functions of a
+standard-library file) one request warms the prompt, then the true text is typed character by
+character, each keystroke a ``didChange`` followed by an inline completion request, as an editor
+sends them. Relay overhead: the same small request sent straight to the socket and through a
+``codespec lsp`` process, alternately, many times.
+
+    .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lsp"))
+from rpc import RawClient
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(socket_path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while not socket_path.exists():
+        time.sleep(0.05)
+    return proc
+
+
+def connect(path: Path) -> RawClient:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(str(path))
+    client = RawClient(sock)
+    client.sock.settimeout(600)
+    return client
+
+
+def timed_request(client: RawClient, msg_id, params) -> tuple[float | None, float, str]:
+    """(seconds to the first partial, seconds to the reply, completion text)."""
+    t0 = time.perf_counter()
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": msg_id,
+            "method": "textDocument/inlineCompletion",
+            "params": params,
+        }
+    )
+    first = None
+    while True:
+        message = client.read(timeout=600)
+        if (
+            message.get("method") == "codespec/partialCompletion"
+            and message["params"]["id"] == msg_id
+        ):
+            first = first if first is not None else time.perf_counter() - t0
+        elif message.get("id") == msg_id:
+            items = (message.get("result") or {}).get("items") or []
+            return first, time.perf_counter() - t0, items[0]["insertText"] if items else ""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cursors", type=int, default=6)
+    ap.add_argument("--keystrokes", type=int, default=4)
+    ap.add_argument("--relay-messages", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--json", default=str(ROOT / "bench-out" / "lsp.json"))
+    args = ap.parse_args()
+
+    socket_path = Path(tempfile.mkdtemp(prefix="codespec-bench-")) / "d.sock"
+    daemon = start(socket_path)
+    try:
+        client = connect(socket_path)
+        client.initialize()
+        source = Path(sysconfig.get_paths()["stdlib"], "textwrap.py")
+        text = source.read_text()
+        lines = text.split("\n")
+        uri = source.as_uri()
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didOpen",
+                "params": {
+                    "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
+                },
+            }
+        )
+        rng = random.Random(args.seed)
+        spots = [
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("        ") and len(line.strip()) > 15 and 40 < i < len(lines) - 40
+        ]
+        version, msg = 1, 0
+        first_ms, final_ms, cold_ms = [], [], []
+        for line_no in rng.sample(spots, args.cursors):
+            line = lines[line_no]
+            indent = len(line) - len(line.lstrip())
+            truth = line[indent:]
+            # Cut the rest of this line: the cursor sits after the indentation.
+            lines_now = lines[:line_no] + [line[:indent]] + lines[line_no + 1 :]
+            version += 1
+            client.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "textDocument/didChange",
+                    "params": {
+                        "textDocument": {"uri": uri, "version": version},
+                        "contentChanges": [{"text": "\n".join(lines_now)}],
+                    },
+                }
+            )
+            col = indent
+            msg += 1
+            _, cold, _ = timed_request(
+                client,
+                msg,
+                {
+                    "textDocument": {"uri": uri},
+                    "position": {"line": line_no, "character": col},
+                    "context": {"triggerKind": 2},
+                },
+            )
+            cold_ms.append(1000 * cold)
+            for ch in truth[: args.keystrokes]:
+                version += 1
+                client.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "textDocument/didChange",
+                        "params": {
+                            "textDocument": {"uri": uri, "version": version},
+                            "contentChanges": [
+                                {
+                                    "range": {
+                                        "start": {"line": line_no, "character": col},
+                                        "end": {"line": line_no, "character": col},
+                                    },
+                                    "text": ch,
+                                }
+                            ],
+                        },
+                    }
+                )
+                col += 1
+                msg += 1
+                first, final, completion = timed_request(
+                    client,
+                    msg,
+                    {
+                        "textDocument": {"uri": uri},
+                        "position": {"line": line_no, "character": col},
+                        "context": {"triggerKind": 2},
+                    },
+                )
+                if first is not None:
+                    first_ms.append(1000 * first)
+                final_ms.append(1000 * final)
+                print(
+                    f"line {line_no + 1:4} typed {truth[: col - indent]!r:12} first "
+                    f"{1000 * first if first else float('nan'):6.0f} ms  final {1000 * final:6.0f}"
+                    f" ms  {completion[:40]!r}",
+                    flush=True,
+                )
+            lines = text.split("\n")  # restore the original for the next cursor
+        relay = relay_overhead(socket_path, args.relay_messages)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+    report = {
+        "keystroke_first_text_ms_p50": statistics.median(first_ms) if first_ms else None,
+        "keystroke_first_text_ms_p90": sorted(first_ms)[int(0.9 * len(first_ms))]
+        if first_ms
+        else None,
+        "single_line_total_ms_p50": statistics.median(final_ms),
+        "cold_request_ms_p50": statistics.median(cold_ms),
+        "keystrokes": len(final_ms),
+        **relay,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+def relay_overhead(socket_path: Path, n: int) -> dict:
+    """Round trips of a tiny request, straight to the socket vs through `codespec lsp`."""
+    direct = connect(socket_path)
+    direct.initialize()
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    relayed = RawClient.__new__(RawClient)
+    relayed.buffer = b""
+
+    class Pipe:
+        def sendall(self, data):
+            relay.stdin.write(data)
+            relay.stdin.flush()
+
+        def recv(self, size):
+            return relay.stdout.read1(size)
+
+    relayed.sock = Pipe()
+    relayed.initialize()
+    times = {"direct": [], "relay": []}
+    for i in range(n):
+        for name, c in (("direct", direct), ("relay", relayed)):
+            t0 = time.perf_counter()
+            c.send({"jsonrpc": "2.0", "id": f"s{i}", "method": "codespec/stats", "params": {}})
+            c.reply_to(f"s{i}")
+            times[name].append(time.perf_counter() - t0)
+    relay.kill()
+    d, r = statistics.median(times["direct"]), statistics.median(times["relay"])
+    # A round trip crosses the relay twice: the per-message overhead is half the difference.
+    return {
+        "direct_roundtrip_ms_p50": 1000 * d,
+        "relay_roundtrip_ms_p50": 1000 * r,
+        "relay_overhead_ms_per_message": 1000 * (r - d) / 2,
+    }
+
+
+if __name__ == "__main__":
+    main()
