@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lsp"))
-from rpc import RawClient
+from rpc import RawClient, relay_client
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,23 +202,7 @@ def relay_overhead(socket_path: Path, n: int) -> dict:
     """Round trips of a tiny request, straight to the socket vs through `codespec lsp`."""
     direct = connect(socket_path)
     direct.initialize()
-    relay = subprocess.Popen(
-        [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    relayed = RawClient.__new__(RawClient)
-    relayed.buffer = b""
-
-    class Pipe:
-        def sendall(self, data):
-            relay.stdin.write(data)
-            relay.stdin.flush()
-
-        def recv(self, size):
-            return relay.stdout.read1(size)
-
-    relayed.sock = Pipe()
+    relay, relayed = relay_client("--socket", str(socket_path))
     relayed.initialize()
     times = {"direct": [], "relay": []}
     for i in range(n):

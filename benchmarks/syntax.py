@@ -107,6 +107,17 @@ def main() -> None:
                 continue
             cursor = Cursor(*hole, language)
             row = {"file": str(path)}
+            # Prefill once, so both runs below start from the same warm cache (and the same
+            # bf16 numerics: a cold chunked prefill rounds differently from a cached one).
+            warm = CompletionOptions(
+                max_tokens=1,
+                line_max_tokens=1,
+                stop_rules=False,
+                mode=Mode.BLOCK,
+                prefix_tokens=384,
+                suffix_tokens=128,
+            )
+            complete(pair, cursor, warm, path=path.name)
             for rules in (True, False):
                 options = CompletionOptions(
                     max_tokens=args.max_tokens,

@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--no-status", action="store_true", help="no live status line")
     s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     _add_model_options(s)
 
     lsp = sub.add_parser("lsp", help="LSP over stdio for editors (starts the daemon if needed)")
@@ -239,6 +240,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lambda: load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=_note),
         settings,
         pass_delay_s=args.test_pass_delay,
+        load_delay_s=args.test_load_delay,
     )
     socket_path = Path(args.socket) if args.socket else default_socket()
     token = read_or_create_token() if args.tcp is not None else None
@@ -250,21 +252,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_lsp(args: argparse.Namespace) -> int:
     from .server.daemon import default_socket
-    from .server.relay import connect, connect_or_start, relay
+    from .server.relay import Relay, connect, connect_or_start
 
     if args.tcp is not None:
-        try:
-            sock = connect(None, ("127.0.0.1", args.tcp))
-        except OSError as exc:
-            raise UsageError(f"no codespec daemon on 127.0.0.1:{args.tcp}: {exc}") from None
+        address = ("127.0.0.1", args.tcp)
+
+        def connect_fn():
+            return connect(None, address)
     else:
         socket_path = Path(args.socket) if args.socket else default_socket()
         daemon_args = ["--pair", args.pair] if args.pair else []
-        try:
-            sock = connect_or_start(socket_path, daemon_args)
-        except TimeoutError as exc:
-            raise UsageError(str(exc)) from None
-    return relay(sock)
+
+        def connect_fn():
+            return connect_or_start(socket_path, daemon_args)
+
+    try:
+        relay = Relay(connect_fn, sys.stdin.buffer, sys.stdout.buffer)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"cannot reach the codespec daemon: {exc}") from None
+    return relay.run()
 
 
 COMMANDS = {

@@ -48,14 +48,26 @@ def split_at(text: str, line: int, column: int) -> tuple[str, str]:
     return text[:offset], text[offset:]
 
 
-def clip_prefix(tokenizer: Any, text: str, budget: int) -> str:
-    """The longest tail of ``text`` that starts at a line start and fits ``budget`` tokens."""
+def clip_prefix(tokenizer: Any, text: str, budget: int, grid: int = 32) -> str:
+    """A tail of ``text`` that fits ``budget`` tokens and starts at a line whose number is a
+    multiple of ``grid``.
+
+    The grid keeps the window's first line (and so the whole cached KV prefix) the same while
+    the cursor moves within a few dozen lines; a window that slid one line per keystroke would
+    re-prefill everything.
+    """
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= budget:
         return text
     start = enc["offset_mapping"][-budget][0]
-    newline = text.find("\n", start - 1) if start > 0 else -1
-    return text[newline + 1 :] if newline >= 0 else text[start:]
+    first_line = text.count("\n", 0, start) + (0 if start == 0 or text[start - 1] == "\n" else 1)
+    line = -(-first_line // grid) * grid  # round up to the grid: the window only shrinks
+    offset = 0
+    for _ in range(line):
+        offset = text.find("\n", offset) + 1
+        if offset == 0:  # fewer lines than that: keep the tail after the budget cut
+            return text[start:]
+    return text[offset:]
 
 
 def clip_suffix(tokenizer: Any, text: str, budget: int) -> str:

@@ -135,3 +135,19 @@ def test_cli_complete_json(tmp_path):
     assert 0 < report["tokens"] <= 12 and report["device"] == "cpu"
     prefix, _ = split_at(source.read_text(), line - 1, 8)
     assert prefix.endswith("        ")
+
+
+def test_typing_at_the_cursor_prefills_only_the_typed_tokens(pair):
+    from codespec.completion import CompletionOptions, complete
+    from codespec.languages import language_for
+    from codespec.stops import Cursor
+
+    python = language_for("python")
+    prefix, suffix = REAL_CODE + "        return {", "\n\n\nprint(Size(1, 2).to_dict())\n"
+    options = CompletionOptions(max_tokens=8)
+    first = complete(pair, Cursor(prefix, suffix, python), options)
+    assert first.anchor is not None
+    typed = complete(pair, Cursor(prefix + '"wi', suffix, python), options, anchor=first.anchor)
+    assert typed.anchor is first.anchor  # the prompt was extended, not rebuilt
+    assert typed.stats.prefill_tokens <= 3
+    assert typed.stats.cached_tokens >= first.prompt_tokens - 1

@@ -134,3 +134,46 @@ def test_typing_at_an_anchored_cursor_only_extends_the_prompt():
     assert extend_anchor(tok, anchor, "x = a", "\ny = 3\n") is None  # the suffix changed
     assert extend_anchor(tok, anchor, "z = a", "\ny = 2\n") is None  # text before it changed
     assert extend_anchor(tok, anchor, "x = a\n", "\ny = 2\n") is None  # a new line: re-anchor
+
+
+def test_multiline_policy_over_the_syntax_decision():
+    from codespec.server.session import apply_multiline_policy
+
+    assert apply_multiline_policy(Mode.BLOCK, "never") is Mode.LINE
+    assert apply_multiline_policy(Mode.LINE, "always") is Mode.BLOCK
+    assert apply_multiline_policy(Mode.NONE, "always") is Mode.NONE
+    assert apply_multiline_policy(Mode.BLOCK, "auto") is Mode.BLOCK
+
+
+class WordTokenizer:
+    """One token per character with offsets, like a fast HF tokenizer's call."""
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        return {
+            "input_ids": list(range(len(text))),
+            "offset_mapping": [(i, i + 1) for i in range(len(text))],
+        }
+
+
+def test_prefix_window_starts_on_a_stable_line():
+    from codespec.prompt import clip_prefix
+
+    text = "".join(f"line {i:03d}\n" for i in range(200))  # 9 characters per line
+    clipped = clip_prefix(WordTokenizer(), text, budget=9 * 50, grid=32)
+    assert clipped.startswith("line 160\n") and len(clipped) <= 9 * 50
+    # Typing a few lines further down keeps the same first line (the KV prefix survives).
+    longer = text + "".join(f"more {i:03d}\n" for i in range(5))
+    assert clip_prefix(WordTokenizer(), longer, budget=9 * 50, grid=32).startswith("line 160\n")
+    assert clip_prefix(WordTokenizer(), text, budget=10_000) == text
+
+
+def test_typing_what_the_ghost_text_shows_keeps_the_rest():
+    from codespec.server.session import typed_through
+
+    shown = ("x = ", "\n", "compute(1, 2)")
+    python = language_for("python")
+    assert typed_through(shown, Cursor("x = comp", "\n", python)) == "ute(1, 2)"
+    assert typed_through(shown, Cursor("x = cr", "\n", python)) is None  # typed something else
+    assert typed_through(shown, Cursor("x = comp", "\ny\n", python)) is None  # suffix changed
+    assert typed_through(shown, Cursor("x = compute(1, 2)", "\n", python)) is None  # all typed
+    assert typed_through(None, Cursor("x = ", "\n", python)) is None

@@ -76,17 +76,21 @@ class ModelSlot:
 
 
 class Daemon:
-    def __init__(self, load_pair, settings: Settings, pass_delay_s: float = 0.0) -> None:
+    def __init__(
+        self, load_pair, settings: Settings, pass_delay_s: float = 0.0, load_delay_s: float = 0.0
+    ) -> None:
         self.slot = ModelSlot()
         self.settings = settings
         self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s)
         self.sessions: set[int] = set()
         self.started = time.time()
         self._load = load_pair
+        self._load_delay_s = load_delay_s  # testing aid: a slow model load
 
     def load_in_background(self) -> None:
         def load() -> None:
             try:
+                time.sleep(self._load_delay_s)
                 self.slot.pair = self._load()
             except Exception as exc:  # reported on every request, never a crash
                 log.error("model failed to load: %s", exc)
@@ -101,7 +105,7 @@ class Daemon:
         if token is not None and not await _authenticated(reader, token):
             writer.close()
             return
-        ls = create_session(self.worker, self.settings)
+        ls = create_session(self.worker, self.settings, self.slot.ready)
         session_id = ls.session.id  # type: ignore[attr-defined]
         self.sessions.add(session_id)
         try:

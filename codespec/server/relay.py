@@ -1,25 +1,52 @@
-"""``codespec lsp``: what editors start. LSP over stdio, relayed byte for byte to the daemon.
+"""``codespec lsp``: what editors start. LSP over stdio, relayed to the daemon.
 
 If no daemon is listening, one is started in the background (its output goes to a log file in
 the user state dir) and the relay waits for its socket; the daemon loads the model while the
-editor initializes. The relay copies bytes in both directions on two threads and adds nothing
-else to the stream (over TCP it first sends the ``codespec/auth`` message with the token).
+editor initializes. Messages pass through unchanged, frame by frame. The relay keeps a mirror of
+the session (the ``initialize`` params, settings, the text of open documents, requests waiting
+for a reply) so that if the daemon dies, the next message restarts it and the session goes on:
+waiting requests are answered with an error, the new daemon is initialized and gets the
+documents, and the editor never notices more than that.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import platformdirs
+from lsprotocol import types
+from pygls.workspace import TextDocument
+from pygls.workspace.position_codec import PositionCodec
 
 from .daemon import AUTH, read_or_create_token
-from .framing import frame
+from .framing import error_reply, frame
+
+REPLAY_ID = "codespec-relay-initialize"
+
+
+def read_frame_sync(stream: BinaryIO) -> bytes | None:
+    """One message body from a blocking byte stream (None at end of stream)."""
+    length = None
+    while True:
+        line = stream.readline()
+        if not line:
+            return None
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    if length is None:
+        return None
+    body = stream.read(length)
+    return body if len(body) == length else None
 
 
 def connect(socket_path: Path | None, tcp: tuple[str, int] | None) -> socket.socket:
@@ -72,37 +99,181 @@ def connect_or_start(socket_path: Path, daemon_args: list[str], wait_s: float = 
     raise TimeoutError(f"the codespec daemon did not come up on {socket_path} in {wait_s:.0f} s")
 
 
-def pump(source, sink, on_end) -> None:
-    try:
-        while chunk := source(65536):
-            sink(chunk)
-    except OSError:
-        pass
-    finally:
-        on_end()
+class SessionMirror:
+    """Just enough of the session to hand it to a new daemon."""
+
+    def __init__(self) -> None:
+        self.initialize: dict | None = None
+        self.initialized = False
+        self.settings: list[dict] = []
+        self.docs: dict[str, TextDocument] = {}
+        self.pending: dict = {}  # request id -> method, client -> daemon, not yet answered
+        self.codec = PositionCodec()
+        self.exited = False
+
+    def from_client(self, message: dict) -> None:
+        method, params = message.get("method"), message.get("params") or {}
+        if "id" in message and method:
+            self.pending[message["id"]] = method
+        if method == "initialize":
+            self.initialize = message
+        elif method == "initialized":
+            self.initialized = True
+        elif method == "exit":
+            self.exited = True
+        elif method == "workspace/didChangeConfiguration":
+            self.settings.append(message)
+        elif method == "textDocument/didOpen":
+            d = params["textDocument"]
+            self.docs[d["uri"]] = TextDocument(
+                d["uri"],
+                d["text"],
+                d.get("version"),
+                d.get("languageId"),
+                position_codec=self.codec,
+            )
+        elif method == "textDocument/didChange":
+            doc = self.docs.get(params["textDocument"]["uri"])
+            if doc is not None:
+                for change in params["contentChanges"]:
+                    doc.apply_change(_change(change))
+                doc.version = params["textDocument"].get("version")
+        elif method == "textDocument/didClose":
+            self.docs.pop(params["textDocument"]["uri"], None)
+
+    def from_daemon(self, message: dict) -> None:
+        if "method" not in message and "id" in message:
+            self.pending.pop(message["id"], None)
+            encoding = ((message.get("result") or {}).get("capabilities") or {}).get(
+                "positionEncoding"
+            )
+            if encoding:
+                self.codec = PositionCodec(encoding=encoding)
+                for doc in self.docs.values():
+                    doc._position_codec = self.codec
+
+    def orphan_replies(self) -> list[dict]:
+        """Error replies for the requests the dead daemon never answered."""
+        replies = [
+            error_reply(i, -32603, "the codespec daemon restarted; please retry")
+            for i in list(self.pending)
+        ]
+        self.pending.clear()
+        return replies
+
+    def replay(self) -> list[dict]:
+        """What a fresh daemon needs to serve this session."""
+        if self.initialize is None:
+            return []
+        messages = [dict(self.initialize, id=REPLAY_ID)]
+        if self.initialized:
+            messages.append({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        messages += self.settings
+        for doc in self.docs.values():
+            messages.append(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "textDocument/didOpen",
+                    "params": {
+                        "textDocument": {
+                            "uri": doc.uri,
+                            "languageId": doc.language_id or "",
+                            "version": doc.version or 0,
+                            "text": doc.source,
+                        }
+                    },
+                }
+            )
+        return messages
 
 
-def relay(sock: socket.socket) -> int:
-    """Copy stdin -> daemon and daemon -> stdout until either side closes."""
-    stdin = sys.stdin.buffer
-    stdout = sys.stdout.buffer
-    done = threading.Event()
-
-    def write_out(data: bytes) -> None:
-        stdout.write(data)
-        stdout.flush()
-
-    def end_upstream() -> None:
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    upstream = threading.Thread(
-        target=pump,
-        args=(lambda n: os.read(stdin.fileno(), n), sock.sendall, end_upstream),
-        daemon=True,
+def _change(change: dict):
+    if "range" not in change:
+        return types.TextDocumentContentChangeWholeDocument(text=change["text"])
+    r = change["range"]
+    return types.TextDocumentContentChangePartial(
+        range=types.Range(types.Position(**r["start"]), types.Position(**r["end"])),
+        text=change["text"],
     )
-    upstream.start()
-    pump(sock.recv, write_out, done.set)
-    return 0
+
+
+class Relay:
+    """stdin -> daemon and daemon -> stdout, frame by frame, restarting a dead daemon."""
+
+    def __init__(self, connect_fn, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        self.connect_fn = connect_fn  # () -> socket, starting a daemon if needed
+        self.stdin, self.stdout = stdin, stdout
+        self.mirror = SessionMirror()
+        self.lock = threading.Condition()
+        self.out_lock = threading.Lock()
+        self.sock = connect_fn()
+        self.stdin_open = True
+
+    def write_client(self, payload: bytes) -> None:
+        with self.out_lock:
+            self.stdout.write(payload)
+            self.stdout.flush()
+
+    def send_daemon(self, payload: bytes) -> None:
+        while True:
+            with self.lock:
+                sock = self.sock
+            try:
+                sock.sendall(payload)
+                return
+            except OSError:
+                with self.lock:  # the daemon is being restarted: wait for the new socket
+                    if self.sock is sock:
+                        self.lock.wait(timeout=1)
+
+    def upstream(self) -> None:
+        while (body := read_frame_sync(self.stdin)) is not None:
+            try:
+                self.mirror.from_client(json.loads(body))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass  # not ours to judge: the daemon answers malformed input
+            self.send_daemon(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.stdin_open = False
+        with self.lock:
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def downstream(self) -> None:
+        while True:
+            stream = self.sock.makefile("rb")
+            while (body := read_frame_sync(stream)) is not None:
+                try:
+                    message = json.loads(body)
+                except ValueError:
+                    message = {}
+                if message.get("id") == REPLAY_ID and "method" not in message:
+                    continue  # the reply to our own replayed initialize
+                self.mirror.from_daemon(message)
+                self.write_client(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            if not self.stdin_open or self.mirror.exited:
+                return
+            try:
+                self.restart()
+            except (OSError, TimeoutError) as exc:
+                print(
+                    f"codespec lsp: the daemon is gone and did not restart: {exc}", file=sys.stderr
+                )
+                return
+
+    def restart(self) -> None:
+        """The daemon went away while the editor is still here: start another, hand over."""
+        for reply in self.mirror.orphan_replies():
+            self.write_client(frame(reply))
+        new = self.connect_fn()
+        for message in self.mirror.replay():
+            new.sendall(frame(message))
+        with self.lock:
+            self.sock = new
+            self.lock.notify_all()
+
+    def run(self) -> int:
+        threading.Thread(target=self.upstream, daemon=True).start()
+        self.downstream()
+        return 0

@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from pygls.protocol.language_server import lsp_method
 
 from ..completion import CompletionOptions
 from ..languages import language_for
-from ..stops import Cursor, Mode
+from ..stops import Cursor, Mode, decide_mode
 from .config import Settings, merge
 from .framing import FramingError, check_message, error_reply, frame, read_frame
 from .worker import Job, Worker
@@ -45,6 +46,7 @@ class SessionState:
     settings: Settings = field(default_factory=Settings)
     client_pid: int | None = None
     anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
+    shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, completion) last answered
 
 
 class CodespecProtocol(LanguageServerProtocol):
@@ -94,7 +96,9 @@ def prefer_utf8(message: dict) -> None:
         encodings.insert(0, "utf-8")
 
 
-def create_session(worker: Worker, defaults: Settings) -> LanguageServer:
+def create_session(
+    worker: Worker, defaults: Settings, model_ready: threading.Event | None = None
+) -> LanguageServer:
     """A fresh LanguageServer for one connection, with codespec's handlers registered."""
     ls = LanguageServer("codespec", "0.1.0", protocol_cls=CodespecProtocol)
     state = SessionState(settings=defaults)
@@ -105,6 +109,11 @@ def create_session(worker: Worker, defaults: Settings) -> LanguageServer:
     def on_initialize(params: types.InitializeParams) -> None:
         state.client_pid = params.process_id
         apply_settings(ls, params.initialization_options)
+
+    @ls.feature(types.INITIALIZED)
+    async def on_initialized(params: types.InitializedParams) -> None:
+        if model_ready is not None and not model_ready.is_set():
+            await report_loading(ls, model_ready)
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def on_configuration(params: types.DidChangeConfigurationParams) -> None:
@@ -125,6 +134,7 @@ def create_session(worker: Worker, defaults: Settings) -> LanguageServer:
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(params: types.DidCloseTextDocumentParams) -> None:
         state.anchors.pop(params.text_document.uri, None)
+        state.shown.pop(params.text_document.uri, None)
 
     @ls.feature(STATS)
     def on_stats(params: Any) -> dict:
@@ -137,6 +147,20 @@ def create_session(worker: Worker, defaults: Settings) -> LanguageServer:
         return {"uri": doc.uri, "version": doc.version, "text": doc.source}
 
     return ls
+
+
+async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> None:
+    """``$/progress`` from begin to end while the daemon loads the model."""
+    token = f"codespec-loading-{ls.session.id}"  # type: ignore[attr-defined]
+    try:
+        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+    except Exception:  # the client does not support work-done progress: nothing to show
+        return
+    ls.work_done_progress.begin(
+        token, types.WorkDoneProgressBegin(title="codespec", message="loading the model")
+    )
+    await asyncio.to_thread(model_ready.wait)
+    ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="model ready"))
 
 
 def apply_settings(ls: LanguageServer, values: Any) -> None:
@@ -191,8 +215,14 @@ async def inline_completion(
     cursor = Cursor(text[:offset], text[offset:], language)
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     options = completion_options(settings, invoked)
-    if settings.multiline == "never":
-        options.mode = Mode.LINE
+    options.mode = apply_multiline_policy(
+        decide_mode(cursor, invoked, settings.complete_mid_word), settings.multiline
+    )
+    where = types.Range(params.position, params.position)
+    if (rest := typed_through(state.shown.get(uri), cursor)) is not None:
+        return types.InlineCompletionList(
+            items=[types.InlineCompletionItem(insert_text=rest, range=where)]
+        )
     msg_id = ls.protocol.msg_id
     version = doc.version or 0
     loop = asyncio.get_running_loop()
@@ -232,10 +262,35 @@ async def inline_completion(
         raise JsonRpcInternalError(f"completion failed: {type(exc).__name__}: {exc}") from None
     if result is None or not result.text:
         return empty
-    where = types.Range(params.position, params.position)
+    state.shown[uri] = (cursor.prefix, cursor.suffix, result.text)
     return types.InlineCompletionList(
         items=[types.InlineCompletionItem(insert_text=result.text, range=where)]
     )
+
+
+def typed_through(shown: tuple[str, str, str] | None, cursor: Cursor) -> str | None:
+    """The rest of the last completion when the user has typed its beginning, else None.
+
+    Typing what the ghost text shows keeps showing the remainder at no model cost (as llama.vim
+    and Copilot do)."""
+    if shown is None:
+        return None
+    prefix, suffix, text = shown
+    if cursor.suffix != suffix or not cursor.prefix.startswith(prefix):
+        return None
+    typed = cursor.prefix[len(prefix) :]
+    if typed and text.startswith(typed) and len(typed) < len(text):
+        return text[len(typed) :]
+    return None
+
+
+def apply_multiline_policy(mode: Mode, policy: str) -> Mode:
+    """The user's single/multi-line policy over the syntax decision (NONE stays NONE)."""
+    if mode is Mode.BLOCK and policy == "never":
+        return Mode.LINE
+    if mode is Mode.LINE and policy == "always":
+        return Mode.BLOCK
+    return mode
 
 
 def worker_stats(worker: Worker) -> dict:

@@ -65,3 +65,33 @@ def unix_client(path) -> RawClient:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(path))
     return RawClient(sock)
+
+
+class _ProcessPipe:
+    """A `codespec lsp` process's stdin/stdout, shaped like the socket RawClient expects."""
+
+    def __init__(self, process) -> None:
+        self.process = process
+
+    def sendall(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def recv(self, size: int) -> bytes:
+        return self.process.stdout.read1(size)
+
+    def settimeout(self, timeout) -> None:
+        pass
+
+
+def relay_client(*args: str):
+    """Start `codespec lsp ARGS` and return (process, RawClient speaking through it)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "lsp", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    return process, RawClient(_ProcessPipe(process))

@@ -11,10 +11,9 @@ import time
 
 import pytest
 from lsp_helpers import SOCKET, start_daemon, wait_for_socket
-from rpc import RawClient, unix_client
+from rpc import RawClient, relay_client, unix_client
 
 from codespec.server.daemon import read_or_create_token
-from codespec.server.framing import frame
 
 
 def test_socket_file_is_private(daemon):
@@ -149,38 +148,26 @@ def test_non_loopback_bind_is_refused_without_the_flag():
 
 def test_lsp_relay_starts_a_daemon_when_none_runs(tiny_manifest, tmp_path):
     path = tmp_path / "auto.sock"
-    relay = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codespec",
-            "lsp",
-            "--socket",
-            str(path),
-            "--pair",
-            str(tiny_manifest),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    relay, client = relay_client("--socket", str(path), "--pair", str(tiny_manifest))
     try:
-        relay.stdin.write(
-            frame(
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
-            )
-        )
-        relay.stdin.flush()
-        header = relay.stdout.readline()
-        assert header.startswith(b"Content-Length")
+        assert "capabilities" in client.initialize()["result"]
         wait_for_socket(path)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     finally:
         relay.kill()
-        pid = subprocess.run(
-            ["pgrep", "-f", f"serve --socket {path}"], capture_output=True, text=True
-        ).stdout.split()
-        for p in pid:
-            os.kill(int(p), 15)
+        stop_daemons(path)
+
+
+def daemon_pids(path) -> list[str]:
+    found = subprocess.run(
+        ["pgrep", "-f", f"serve --socket {path}"], capture_output=True, text=True
+    )
+    return found.stdout.split()
+
+
+def stop_daemons(path) -> None:
+    for pid in daemon_pids(path):
+        os.kill(int(pid), 15)
 
 
 def inline_request(msg_id, uri, line, character):
@@ -265,3 +252,89 @@ def test_a_model_failure_is_an_lsp_error_and_the_daemon_goes_on(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_custom_inline_completion_method_for_older_clients(daemon):
+    client = session(stopRules=False, maxTokens=8)
+    client.send(did_open("file:///tmp/c.py", "def f(x):\n    \n"))
+    request = inline_request(1, "file:///tmp/c.py", 1, 4)
+    request["method"] = "codespec/inlineCompletion"
+    client.send(request)
+    item = client.reply_to(1)["result"]["items"][0]
+    assert item["insertText"] and item["range"]["start"] == {"line": 1, "character": 4}
+
+
+def test_progress_is_reported_while_the_model_loads(tiny_manifest, tmp_path):
+    path = tmp_path / "slow.sock"
+    proc = start_daemon(tiny_manifest, "--test-load-delay", "2", socket_path=path)
+    try:
+        client = unix_client(path)
+        client.initialize(window={"workDoneProgress": True})
+        create = client.read()
+        assert create["method"] == "window/workDoneProgress/create"
+        client.send({"jsonrpc": "2.0", "id": create["id"], "result": None})
+        kinds = []
+        while len(kinds) < 2:
+            message = client.read()
+            if message.get("method") == "$/progress":
+                kinds.append(message["params"]["value"]["kind"])
+        assert kinds == ["begin", "end"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_relay_restarts_a_dead_daemon_and_keeps_the_session(tiny_manifest, tmp_path):
+    """Kill the daemon under a live editor session: the next request starts a new one, which
+    gets the session's documents (edited since they were opened) and answers."""
+    path = tmp_path / "restart.sock"
+    relay, client = relay_client("--socket", str(path), "--pair", str(tiny_manifest))
+    try:
+        client.initialize(general={"positionEncodings": ["utf-16"]})
+        client.send(did_open("file:///tmp/r.py", "héllo = 1\n"))
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didChange",
+                "params": {
+                    "textDocument": {"uri": "file:///tmp/r.py", "version": 2},
+                    "contentChanges": [
+                        {
+                            "range": {
+                                "start": {"line": 0, "character": 5},
+                                "end": {"line": 0, "character": 5},
+                            },
+                            "text": "_𐐀",
+                        }
+                    ],
+                },
+            }
+        )
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "d1",
+                "method": "codespec/document",
+                "params": {"uri": "file:///tmp/r.py"},
+            }
+        )
+        assert client.reply_to("d1")["result"]["text"] == "héllo_𐐀 = 1\n"
+        pids = daemon_pids(path)
+        assert len(pids) == 1
+        os.kill(int(pids[0]), 9)
+        time.sleep(0.5)
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "d2",
+                "method": "codespec/document",
+                "params": {"uri": "file:///tmp/r.py"},
+            }
+        )
+        reply = client.reply_to("d2")
+        assert reply["result"]["text"] == "héllo_𐐀 = 1\n" and reply["result"]["version"] == 2
+        new = daemon_pids(path)
+        assert new and new != pids
+    finally:
+        relay.kill()
+        stop_daemons(path)
