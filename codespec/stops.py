@@ -74,13 +74,13 @@ def _in_comment_or_string(cursor: Cursor) -> bool:
 def decide_mode(cursor: Cursor, invoked: bool = False, complete_mid_word: bool = False) -> Mode:
     """Whether and how much to complete at the cursor.
 
-    NONE in the middle of a word (word characters right of the cursor) unless configured or
-    invoked; LINE inside a comment or string, or when text follows the cursor on its line;
-    BLOCK on a blank line, or at the end of a line that opens a block. An explicit (invoked)
-    request widens NONE to LINE and an end-of-line LINE to BLOCK.
+    NONE in the middle of a word (word characters on both sides of the cursor) unless
+    configured or invoked; LINE inside a comment or string, or when text follows the cursor on
+    its line; BLOCK on a blank line, or at the end of a line that opens a block. An explicit
+    (invoked) request widens NONE to LINE and an end-of-line LINE to BLOCK.
     """
     before, after = cursor.line_before, cursor.line_after
-    if after[:1].isalnum() or after[:1] == "_":
+    if _is_word_char(after[:1]) and _is_word_char(before[-1:]):
         if not (complete_mid_word or invoked):
             return Mode.NONE
         return Mode.LINE
@@ -94,6 +94,10 @@ def decide_mode(cursor: Cursor, invoked: bool = False, complete_mid_word: bool =
     if before.rstrip().endswith(cursor.language.block_openers) or before.rstrip()[-1:] in OPENERS:
         return Mode.BLOCK
     return Mode.BLOCK if invoked else Mode.LINE
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def bracket_balance(text: str) -> list[int]:
@@ -132,6 +136,8 @@ class StopChecker:
             self.block_indent = indent_of(before) + 1
         self.doc_had_error = has_syntax_error(lang, cursor.prefix + cursor.suffix)
         self.suffix_lines = [s.strip() for s in cursor.suffix.split("\n") if s.strip()]
+        # On a blank cursor line the completion's first line is a whole line of code.
+        self.whole_first_line = before.strip() == "" and cursor.line_after.strip() == ""
 
     def cut(self, completion: str, final: bool = False) -> int | None:
         """Character index where ``completion`` must end, or None to keep generating.
@@ -149,6 +155,8 @@ class StopChecker:
         for i, line in enumerate(complete):
             end = offset + len(line)
             stripped = line.strip()
+            if i == 0 and stripped and self.whole_first_line and self._repeats_suffix(stripped):
+                return 0  # the very first line already repeats the text after the cursor
             if i > 0 and stripped:
                 if self._dedents(line, gap):
                     return offset

@@ -151,3 +151,22 @@ def test_typing_at_the_cursor_prefills_only_the_typed_tokens(pair):
     assert typed.anchor is first.anchor  # the prompt was extended, not rebuilt
     assert typed.stats.prefill_tokens <= 3
     assert typed.stats.cached_tokens >= first.prompt_tokens - 1
+
+
+def test_suffix_repeat_rule_on_the_real_model(pair):
+    """Completing at the start of an existing line (tests/data/keyword_hole.txt, cut from the
+    stdlib's keyword.py): unconstrained, the 1.5B model writes that line and the ones after it
+    again; with the rules nothing of the text after the cursor is repeated."""
+    from codespec.completion import CompletionOptions, complete
+    from codespec.languages import language_for
+    from codespec.stops import Cursor, Mode
+
+    prefix, suffix = (ROOT / "tests" / "data" / "keyword_hole.txt").read_text().split("\u2380")
+    cursor = Cursor(prefix, suffix, language_for("python"))
+    options = dict(max_tokens=30, prefix_tokens=256, suffix_tokens=128)
+    free = complete(pair, cursor, CompletionOptions(stop_rules=False, mode=Mode.BLOCK, **options))
+    next_line = suffix.split("\n")[0].strip()
+    assert free.text.startswith(next_line)  # the failure mode the rules exist for
+    ruled = complete(pair, cursor, CompletionOptions(**options))
+    assert next_line not in ruled.text
+    assert ruled.stats.tokens < free.stats.tokens

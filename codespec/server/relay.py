@@ -49,6 +49,14 @@ def read_frame_sync(stream: BinaryIO) -> bytes | None:
     return body if len(body) == length else None
 
 
+def _read_or_none(stream: BinaryIO) -> bytes | None:
+    """A frame from the daemon; a reset connection counts as its end (it died)."""
+    try:
+        return read_frame_sync(stream)
+    except OSError:
+        return None
+
+
 def connect(socket_path: Path | None, tcp: tuple[str, int] | None) -> socket.socket:
     if tcp is not None:
         sock = socket.create_connection(tcp, timeout=5)
@@ -243,7 +251,7 @@ class Relay:
     def downstream(self) -> None:
         while True:
             stream = self.sock.makefile("rb")
-            while (body := read_frame_sync(stream)) is not None:
+            while (body := _read_or_none(stream)) is not None:
                 try:
                     message = json.loads(body)
                 except ValueError:

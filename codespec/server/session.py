@@ -112,7 +112,9 @@ def create_session(
 
     @ls.feature(types.INITIALIZED)
     async def on_initialized(params: types.InitializedParams) -> None:
-        if model_ready is not None and not model_ready.is_set():
+        window = ls.client_capabilities.window
+        supported = window is not None and bool(window.work_done_progress)
+        if supported and model_ready is not None and not model_ready.is_set():
             await report_loading(ls, model_ready)
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -154,7 +156,7 @@ async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> No
     token = f"codespec-loading-{ls.session.id}"  # type: ignore[attr-defined]
     try:
         await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
-    except Exception:  # the client does not support work-done progress: nothing to show
+    except Exception:  # the client refused or did not answer: nothing to show
         return
     ls.work_done_progress.begin(
         token, types.WorkDoneProgressBegin(title="codespec", message="loading the model")

@@ -42,7 +42,8 @@ def test_malformed_messages_get_errors_and_the_server_keeps_serving(daemon):
     client.initialize()
     body = b'{"jsonrpc": "2.0", "id": 3, "method": '  # truncated JSON
     client.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    assert client.read()["error"]["code"] == -32700
+    reply = client.read()
+    assert reply["error"]["code"] == -32700, reply
     client.send(b"Content-Length: 7\r\n\r\n[1,2,3]")
     assert client.read()["error"]["code"] == -32600
     client.send({"jsonrpc": "2.0", "id": 4, "method": "no/such/method", "params": {}})
