@@ -50,8 +50,15 @@ def connect(path: Path) -> RawClient:
     return client
 
 
-def timed_request(client: RawClient, msg_id, params) -> tuple[float | None, float, str]:
-    """(seconds to the first partial, seconds to the reply, completion text)."""
+def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int):
+    """Ask for an automatic inline completion at (line, character).
+
+    Returns (seconds to the first partial or None, seconds to the reply, completion text)."""
+    params = {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2},
+    }
     t0 = time.perf_counter()
     client.send(
         {
@@ -128,15 +135,7 @@ def main() -> None:
             )
             col = indent
             msg += 1
-            _, cold, _ = timed_request(
-                client,
-                msg,
-                {
-                    "textDocument": {"uri": uri},
-                    "position": {"line": line_no, "character": col},
-                    "context": {"triggerKind": 2},
-                },
-            )
+            _, cold, _ = timed_request(client, msg, uri, line_no, col)
             cold_ms.append(1000 * cold)
             for ch in truth[: args.keystrokes]:
                 version += 1
@@ -160,15 +159,7 @@ def main() -> None:
                 )
                 col += 1
                 msg += 1
-                first, final, completion = timed_request(
-                    client,
-                    msg,
-                    {
-                        "textDocument": {"uri": uri},
-                        "position": {"line": line_no, "character": col},
-                        "context": {"triggerKind": 2},
-                    },
-                )
+                first, final, completion = timed_request(client, msg, uri, line_no, col)
                 if first is None and completion:
                     # No text was streamed: the answer is the rest of the completion already
                     # shown, which the user is typing through (no model run).
