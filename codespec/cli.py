@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("location", help="PATH:LINE:COL, 1-based; COL counts characters")
     c.add_argument("--json", action="store_true", help="print one JSON object instead")
     c.add_argument("--no-spec", action="store_true", help="plain decoding (no speculation)")
-    c.add_argument("--max-tokens", type=int, default=64)
+    c.add_argument("--max-tokens", type=int, default=128)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--seed", type=int, default=None)
     c.add_argument(

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from .engine import GenerationParams, GenerationStats
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
 from .runtime import LoadedPair
-from .stops import Cursor, Mode, StopChecker, TextStopRule, decide_mode, shape
+from .stops import (
+    Cursor,
+    Mode,
+    StopChecker,
+    TextStopRule,
+    decide_mode,
+    drop_partial_line,
+    shape,
+)
 
 
 @dataclass
@@ -86,10 +94,21 @@ def complete(
                 if rule and rule.text is not None
                 else pair.tokenizer.decode(generation.tokens)
             )
-            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            text = settled(text, mode)
+            if text and not text.endswith("\ufffd"):  # wait for a multi-byte character's end
                 on_text(text)
     if rule is not None:
-        text = shape(rule.finish(generation.tokens), cursor, mode)
+        text = rule.finish(generation.tokens)
+        text = shape(drop_partial_line(text, mode, generation.stats.stop_reason), cursor, mode)
     else:
         text = pair.tokenizer.decode(generation.tokens)
     return CompletionResult(text, mode, generation.stats, len(prompt), anchor)
+
+
+def settled(text: str, mode: Mode) -> str:
+    """The part of a growing completion that is safe to show: in multi-line mode the complete
+    lines (the stop rules judge whole lines, so a partial one may still be cut), or the first
+    line while it grows."""
+    if mode is Mode.BLOCK and "\n" in text:
+        return text[: text.rfind("\n")].rstrip()  # blank lines at the end may still be cut
+    return text

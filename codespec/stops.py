@@ -231,6 +231,13 @@ def shape(completion: str, cursor: Cursor, mode: Mode) -> str:
     return text
 
 
+def drop_partial_line(text: str, mode: Mode, stop_reason: str) -> str:
+    """A multi-line completion cut by the token limit ends at its last complete line."""
+    if mode is Mode.BLOCK and stop_reason == "max_tokens" and "\n" in text:
+        return text[: text.rfind("\n")]
+    return text
+
+
 class TextStopRule:
     """The engine's stop hook over text: decode, ask the checker, map the cut back to tokens."""
 

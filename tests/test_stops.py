@@ -177,3 +177,20 @@ def test_typing_what_the_ghost_text_shows_keeps_the_rest():
     assert typed_through(shown, Cursor("x = comp", "\ny\n", python)) is None  # suffix changed
     assert typed_through(shown, Cursor("x = compute(1, 2)", "\n", python)) is None  # all typed
     assert typed_through(None, Cursor("x = ", "\n", python)) is None
+
+
+def test_a_block_cut_by_the_token_limit_ends_at_a_full_line():
+    from codespec.stops import drop_partial_line
+
+    text = "a = 1\n    b = 2\n    c = (3,"
+    assert drop_partial_line(text, Mode.BLOCK, "max_tokens") == "a = 1\n    b = 2"
+    assert drop_partial_line(text, Mode.BLOCK, "eos") == text
+    assert drop_partial_line("x = (1,", Mode.LINE, "max_tokens") == "x = (1,"
+
+
+def test_only_settled_text_is_streamed_in_block_mode():
+    from codespec.completion import settled
+
+    assert settled("x = 1", Mode.BLOCK) == "x = 1"  # the first line shows while it grows
+    assert settled("x = 1\n    y = 2\n\n\ndef g", Mode.BLOCK) == "x = 1\n    y = 2"
+    assert settled("x = 1\n    y", Mode.LINE) == "x = 1\n    y"
