@@ -50,6 +50,19 @@ def connect(path: Path) -> RawClient:
     return client
 
 
+def did_change(client: RawClient, uri: str, version: int, change: dict) -> None:
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": uri, "version": version},
+                "contentChanges": [change],
+            },
+        }
+    )
+
+
 def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int):
     """Ask for an automatic inline completion at (line, character).
 
@@ -123,40 +136,15 @@ def main() -> None:
             # Cut the rest of this line: the cursor sits after the indentation.
             lines_now = lines[:line_no] + [line[:indent]] + lines[line_no + 1 :]
             version += 1
-            client.send(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "textDocument/didChange",
-                    "params": {
-                        "textDocument": {"uri": uri, "version": version},
-                        "contentChanges": [{"text": "\n".join(lines_now)}],
-                    },
-                }
-            )
+            did_change(client, uri, version, {"text": "\n".join(lines_now)})
             col = indent
             msg += 1
             _, cold, _ = timed_request(client, msg, uri, line_no, col)
             cold_ms.append(1000 * cold)
             for ch in truth[: args.keystrokes]:
                 version += 1
-                client.send(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "textDocument/didChange",
-                        "params": {
-                            "textDocument": {"uri": uri, "version": version},
-                            "contentChanges": [
-                                {
-                                    "range": {
-                                        "start": {"line": line_no, "character": col},
-                                        "end": {"line": line_no, "character": col},
-                                    },
-                                    "text": ch,
-                                }
-                            ],
-                        },
-                    }
-                )
+                at = {"line": line_no, "character": col}
+                did_change(client, uri, version, {"range": {"start": at, "end": at}, "text": ch})
                 col += 1
                 msg += 1
                 first, final, completion = timed_request(client, msg, uri, line_no, col)

@@ -69,7 +69,6 @@ class Acceptance:
 class Plan:
     """What to do in the next target pass."""
 
-    max_nodes: int  # tree size budget (excluding the root)
     use_draft: bool
     draft_len: int
 
@@ -156,11 +155,10 @@ class SpeculationPolicy:
     def plan(self, ngram_tokens: int, draft_lag: int = 0) -> Plan:
         """Plan the next pass, given how many n-gram tokens are on offer and how many context
         tokens the draft's cache lacks (a probe never pays for a long catch-up prefill)."""
-        budget = self.width_budget()
         use_draft = self.draft_mode == "on"
         if self.draft_mode == "auto":
             self.passes_since_probe += 1
-            pays = self._draft_pays(min(ngram_tokens, budget))
+            pays = self._draft_pays(ngram_tokens)
             if pays != self.draft_on:
                 self.draft_on = pays
                 self.probe_gap = 16
@@ -173,4 +171,4 @@ class SpeculationPolicy:
                 self.decisions["probes"] += 1
         if self.draft_enabled:
             self.decisions["draft_on" if use_draft else "draft_off"] += 1
-        return Plan(max_nodes=budget, use_draft=use_draft, draft_len=self.draft_len)
+        return Plan(use_draft=use_draft, draft_len=self.draft_len)
