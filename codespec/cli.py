@@ -1,4 +1,4 @@
-"""Command line: ``codespec complete PATH:LINE:COL``, ``codespec prepare``.
+"""Command line: ``codespec complete PATH:LINE:COL``, ``prepare``, ``serve``, ``lsp``, ``bench``.
 
 Bad input gets one line on stderr and exit status 2, never a traceback.
 """
@@ -106,6 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
     )
     lsp.add_argument("--pair", default=None, help="model pair for a daemon this starts")
+
+    b = sub.add_parser("bench", help="speed, speculation and quality on holes cut from real code")
+    b.add_argument("--quick", action="store_true", help="a small fixed subset (minutes, for CI)")
+    b.add_argument("--languages", default=None, help="comma-separated (default: all)")
+    b.add_argument("--kinds", default=None, help="comma-separated of line,block,function,copy")
+    b.add_argument("--per-kind", type=int, default=2, help="holes per language and kind")
+    b.add_argument("--max-tokens", type=int, default=48)
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
+    b.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
+    b.add_argument("--write-docs", action="store_true", help="regenerate the docs section")
+    b.add_argument("--docs", default="docs/benchmarks.md", help="the docs file to regenerate")
+    b.add_argument("--docs-from", default=None, metavar="FILE", help="docs from a saved JSON")
+    b.add_argument("--fetch", action="store_true", help="download the npm/Debian sources first")
+    b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
+    b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
+    b.add_argument("--peer-holes", type=int, default=None, help="run the peer on the first N")
+    _add_model_options(b)
     return parser
 
 
@@ -250,6 +268,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.main import main as bench_main
+
+    return bench_main(args)
+
+
 def cmd_lsp(args: argparse.Namespace) -> int:
     from .server.daemon import default_socket
     from .server.relay import Relay, connect, connect_or_start
@@ -278,6 +302,7 @@ COMMANDS = {
     "prepare": cmd_prepare,
     "serve": cmd_serve,
     "lsp": cmd_lsp,
+    "bench": cmd_bench,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .engine import GenerationParams, GenerationStats
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
@@ -28,6 +28,7 @@ class CompletionResult:
     stats: GenerationStats | None  # None when no model ran (mode NONE)
     prompt_tokens: int = 0
     anchor: Anchor | None = None  # pass it to the next request for the same document
+    tokens: list[int] = field(default_factory=list)  # the generated token ids, before shaping
 
 
 @dataclass
@@ -102,7 +103,9 @@ def complete(
         text = shape(drop_partial_line(text, mode, generation.stats.stop_reason), cursor, mode)
     else:
         text = pair.tokenizer.decode(generation.tokens)
-    return CompletionResult(text, mode, generation.stats, len(prompt), anchor)
+    return CompletionResult(
+        text, mode, generation.stats, len(prompt), anchor, list(generation.tokens)
+    )
 
 
 def settled(text: str, mode: Mode) -> str:

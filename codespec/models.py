@@ -254,6 +254,24 @@ def prepare_pypi_parts(src: ModelSource, install_hint: str, progress: Progress =
     return final
 
 
+def gguf_file(src: ModelSource, install_hint: str) -> Path:
+    """The joined, verified GGUF file of a ``pypi-parts`` source (for peers that read GGUF),
+    kept next to the prepared models."""
+    if src.source != "pypi-parts":
+        raise ModelError(f"{src.label}: not a GGUF source")
+    out = cache_root() / "gguf" / src.gguf_name
+    if out.exists() and out.stat().st_size == src.size:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp-{os.getpid()}")
+    try:
+        _join_parts(_part_files(src, install_hint), tmp, src)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
 def _convert_gguf(folder: Path, gguf_name: str, progress: Progress) -> None:
     """Dequantize a GGUF file into bf16 safetensors + tokenizer files in the same folder."""
     import torch

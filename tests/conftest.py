@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from helpers import tiny_qwen2
+from helpers import build_tiny_pair, tiny_qwen2
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +17,9 @@ def target_model():
 def other_model():
     """A different random model with the same vocabulary: a draft that is often wrong."""
     return tiny_qwen2(seed=1, hidden=32)
+
+
+@pytest.fixture(scope="session")
+def tiny_manifest(tmp_path_factory) -> Path:
+    """A pair manifest for a tiny random model with the real tokenizer (see helpers)."""
+    return build_tiny_pair(tmp_path_factory.mktemp("tinypair"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import torch
 
 
@@ -41,3 +44,45 @@ def naive_greedy(model, prompt: list[int], n: int, stop_ids=()) -> list[int]:
             out.append(token)
             ids.append(token)
     return out
+
+
+def build_tiny_pair(folder: Path) -> Path:
+    """Save a tiny random Qwen2 with the real Qwen2.5-Coder tokenizer (copied from the prepared
+    default pair: text goes through the real tokenization path while a target pass costs
+    milliseconds), and a pair manifest pointing at it."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from codespec.models import load_manifest, resolve_source
+
+    default = load_manifest()
+    real = resolve_source(default.target, default.install_hint, progress=lambda m: None)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+    )
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, 1.0)  # varied output, not an echo
+        model.lm_head.weight.mul_(2.0)
+        model.lm_head.weight[151643:] = 0.0  # special tokens never win: completions run long
+    model_dir = folder / "tiny"
+    model.save_pretrained(str(model_dir), safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(real / name, model_dir / name)
+    tokens = default.tokens
+    stop = ", ".join(f'"{t}"' for t in tokens.stop)
+    manifest = folder / "tiny.toml"
+    manifest.write_text(
+        f'name = "tiny"\n[target]\nsource = "hf-dir"\nlabel = "tiny-test"\npath = "{model_dir}"\n'
+        f'[dtype]\ncpu = "float32"\n'
+        f'[tokens]\nfim_prefix = "{tokens.fim_prefix}"\nfim_suffix = "{tokens.fim_suffix}"\n'
+        f'fim_middle = "{tokens.fim_middle}"\nrepo_name = "{tokens.repo_name}"\n'
+        f'file_sep = "{tokens.file_sep}"\nstop = [{stop}]\n'
+    )
+    return manifest

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .attention import use_rowwise_attention
 from .draft import DraftProposer
 from .kvcache import CachedModel, Cancelled, common_prefix_len, timed
 from .ngram import NgramProposer
@@ -144,6 +145,7 @@ class Engine:
         draft_threshold: float = 0.6,
     ) -> None:
         self.target = target
+        use_rowwise_attention(target.model)  # logits of a position independent of pass width
         self.stop_ids = set(stop_ids or ())
         self.ngram = ngram or NgramProposer()
         self.drafter = DraftProposer(draft, threshold=draft_threshold) if draft else None
@@ -263,8 +265,16 @@ class Engine:
         return tree, start, self.drafter.last_step_s
 
     def _verify(self, pending: int, tree: TokenTree) -> torch.Tensor:
-        """Logits at [pending] + every node, from one target forward pass."""
+        """Logits at [pending] + every node, from one target forward pass.
+
+        A pass is never one token wide: a lone pending token gets a padding row after it, whose
+        logits are ignored and whose cache entry ``keep`` drops. One-row GEMMs round
+        differently from wider ones, so without it plain decoding (one token per pass) would
+        not be bit-identical to verification in bf16 (see ``attention.py``).
+        """
         tokens = [pending] + tree.tokens
+        if not tree.tokens:
+            return self.target.forward([pending, pending])[:1]
         if tree.is_chain():  # a chain is plain causal attention: no mask needed
             return self.target.forward(tokens)
         mask, depths = tree.attention()

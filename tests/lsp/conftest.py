@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from lsp_helpers import build_tiny_pair, start_daemon
-
-
-@pytest.fixture(scope="session")
-def tiny_manifest(tmp_path_factory) -> Path:
-    return build_tiny_pair(tmp_path_factory.mktemp("tinypair"))
+from lsp_helpers import start_daemon
 
 
 @pytest.fixture(scope="session")

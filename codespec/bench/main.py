@@ -1,0 +1,266 @@
+"""`codespec bench`: cut the corpus, run every hole, print the table, write JSON and docs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ..languages import LANGUAGES
+from . import corpus, report
+from .runner import BenchSettings, peak_memory_mb, run_hole
+
+QUICK = dict(languages=("python",), kinds=corpus.KINDS, per_kind=1, max_tokens=32)
+
+
+class BenchError(Exception):
+    """Bad bench input, reported as one line."""
+
+
+def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
+    if args.quick:
+        return (
+            list(QUICK["languages"]),
+            list(QUICK["kinds"]),
+            QUICK["per_kind"],
+            QUICK["max_tokens"],
+        )
+    languages = args.languages.split(",") if args.languages else list(LANGUAGES)
+    kinds = args.kinds.split(",") if args.kinds else list(corpus.KINDS)
+    for name in languages:
+        if name not in LANGUAGES:
+            raise BenchError(f"unknown language {name!r} (known: {', '.join(LANGUAGES)})")
+    for kind in kinds:
+        if kind not in corpus.KINDS:
+            raise BenchError(f"unknown hole kind {kind!r} (known: {', '.join(corpus.KINDS)})")
+    if args.per_kind < 1 or args.max_tokens < 1:
+        raise BenchError("--per-kind and --max-tokens must be at least 1")
+    return languages, kinds, args.per_kind, args.max_tokens
+
+
+def cut_corpus(
+    corpus_dir: Path, languages: list[str], kinds: list[str], per_kind: int, seed: int
+) -> tuple[list[corpus.Hole], list[corpus.Package], list[str]]:
+    present = corpus.packages(corpus_dir, set(languages))
+    holes, missing = [], []
+    for language in languages:
+        if not any(p.spec.language == language for p in present):
+            missing.append(f"{language}: no sources (run `codespec bench --fetch`)")
+            continue
+        for kind in kinds:
+            found = corpus.sample_holes(present, language, kind, per_kind, seed)
+            if len(found) < per_kind:
+                missing.append(f"{language}/{kind}: {len(found)} of {per_kind} holes found")
+            holes += found
+    return holes, present, missing
+
+
+def run(args: argparse.Namespace, log=print) -> dict:
+    """The whole benchmark; returns the report written to ``--json``."""
+    from ..runtime import load_pair
+
+    languages, kinds, per_kind, max_tokens = choose(args)
+    if args.peer:
+        from .peer import require
+
+        require()
+    corpus_dir = Path(args.corpus_dir) if args.corpus_dir else corpus.default_corpus_dir()
+    if args.fetch:
+        corpus.fetch(corpus_dir, log=log)
+    holes, present, missing = cut_corpus(corpus_dir, languages, kinds, per_kind, args.seed)
+    for line in missing:
+        log(f"skipped {line}")
+    if not holes:
+        raise BenchError("no holes: no sources for the chosen languages")
+    log(f"{len(holes)} holes in {len({h.language for h in holes})} languages; loading the pair")
+
+    t0 = time.perf_counter()
+    pair = load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=log)
+    load_s = time.perf_counter() - t0
+    memory_after_load = peak_memory_mb()
+    settings = BenchSettings(max_tokens=max_tokens)
+    rows = []
+    for i, hole in enumerate(holes):
+        row = run_hole(pair, hole, settings, spec_first=i % 2 == 0)
+        rows.append(row)
+        log(progress_line(i, len(holes), row))
+
+    result = dict(
+        command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+        machine=dict(
+            cpu=platform.processor() or platform.machine(),
+            device=pair.device,
+            dtype=pair.dtype,
+            python=platform.python_version(),
+            torch=__import__("torch").__version__,
+            threads=__import__("torch").get_num_threads(),
+        ),
+        model=pair.model_label,
+        load_s=load_s,
+        settings=dict(
+            seed=args.seed,
+            quick=args.quick,
+            languages=languages,
+            kinds=kinds,
+            per_kind=per_kind,
+            max_tokens=max_tokens,
+            prefix_tokens=settings.prefix_tokens,
+            suffix_tokens=settings.suffix_tokens,
+            draft=args.draft,
+        ),
+        memory=dict(after_load=memory_after_load, peak=peak_memory_mb()),
+        costs=pass_costs(pair),
+        **report.summarize(rows),
+        missing=missing,
+        corpus=dict(
+            sources=[
+                dict(label=p.label, language=p.spec.language, under=p.spec.under) for p in present
+            ],
+            holes=[h.describe() for h in holes],
+        ),
+        holes=rows,
+    )
+    if args.peer:
+        from .peer import run_peer
+
+        result["peer"] = run_peer(pair, holes, rows, settings, log=log, limit=args.peer_holes)
+    return result
+
+
+def progress_line(i: int, n: int, row: dict) -> str:
+    h, spec, plain = row["hole"], row["spec"], row["plain"]
+    rate = report.rate
+    return (
+        f"[{i + 1}/{n}] {h['language']:<15} {h['kind']:<8} {Path(h['file']).name[:24]:<24} "
+        f"plain {rate(plain):5.1f} tok/s  spec {rate(spec):5.1f} tok/s "
+        f"{spec['tokens'] / spec['passes']:4.2f} tok/pass  exact={row['exact']!s:5} "
+        f"match={row['exact_match']!s:5} sim={row['edit_similarity']:.2f} "
+        f"parses={row['parse_ok']!s:5} ttft {row['ttft_ms']:.0f}/{row['cold_ttft_ms']:.0f} ms"
+    )
+
+
+def pass_costs(pair) -> dict:
+    """Seconds per target pass by width and per draft step, as the policy measured them."""
+    policy = pair.engine.policy
+    widths = {w: e.value for w, e in policy.pass_s.items() if e.value is not None}
+    draft = policy.draft_step_s.value
+    return dict(
+        target_pass_s=widths,
+        draft_step_s=draft,
+        draft_cost_ratio=draft / widths[1] if draft and widths.get(1) else None,
+        decisions=dict(policy.decisions),
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.docs_from:
+        result = json.loads(Path(args.docs_from).read_text())
+        write_docs(result, Path(args.docs))
+        print(f"wrote {args.docs}")
+        return 0
+    try:
+        result = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except BenchError as exc:
+        print(f"codespec: error: {exc}", file=sys.stderr)
+        return 2
+    print(report.table(result))
+    if "peer" in result:
+        print(peer_table(result["peer"]))
+    if result["missing"]:
+        print("skipped: " + "; ".join(result["missing"]))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    if args.write_docs:
+        write_docs(result, Path(args.docs))
+        print(f"wrote {args.docs}")
+    return 0
+
+
+def peer_table(peer: dict) -> str:
+    from .peer import peer_lines
+
+    return "\n".join(peer_lines(peer))
+
+
+def write_docs(result: dict, docs: Path) -> None:
+    """Regenerate the bench section of docs/benchmarks.md and its plots."""
+    s = result["overall"]
+    try:
+        pngs = report.plot(result, docs.parent / "img")
+        images = [f"![{p.stem}](img/{p.name})" for p in pngs]
+    except ImportError:
+        images = ["(plots skipped: matplotlib is not installed)"]
+    settings, costs = result["settings"], result["costs"]
+    passes = sorted(costs["target_pass_s"].items(), key=lambda item: int(item[0]))
+    widths = ", ".join(f"{w}: {v:.3f}" for w, v in passes)
+    lines = [
+        "<!-- bench:start (regenerated by `codespec bench --write-docs`) -->",
+        f"Generated by `{result['command'] or 'codespec bench'}`; figures from one run.",
+        "",
+        f"Machine: {result['machine']['cpu']}, {result['machine']['threads']} threads, "
+        f"{result['machine']['device']} / {result['machine']['dtype']}, torch "
+        f"{result['machine']['torch']}. Model: {result['model']}. Seed {settings['seed']}, "
+        f"{settings['per_kind']} hole(s) per language and kind, at most "
+        f"{settings['max_tokens']} new tokens, prompt windows {settings['prefix_tokens']} / "
+        f"{settings['suffix_tokens']} tokens (the daemon's defaults), stop rules on.",
+        "",
+        *report.markdown_table(result),
+        "",
+        "- speedup: speculative tokens/s over plain tokens/s, both greedy on the same engine and "
+        "warm cache, measured side by side (aggregate over the slice's tokens); exact: share of "
+        "holes where the speculative output is token-identical to plain greedy.",
+        "- ttft: a keystroke at the cursor (the cached prompt is extended); cold ttft: the first "
+        "request at a new place (full prefill); total: the whole speculative completion with "
+        "the prompt cached.",
+        "- exact-match / edit-sim (normalized Levenshtein similarity) compare the completion with "
+        "the removed text; parses: the file parses after inserting the completion.",
+        f"- Overall: speedup median {_fmt(s.get('speedup_median'), '{:.2f}x')}; proposed / "
+        f"accepted tokens: n-gram {s['proposed']['ngram']} / {s['accepted']['ngram']}, draft "
+        f"{s['proposed']['draft']} / {s['accepted']['draft']}; passes with the draft running: "
+        f"{s['draft_passes']}; policy decisions {s['draft_decisions']}.",
+        f"- Target pass cost by width (s): {widths}; draft step / one-token pass: "
+        f"{_fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
+        f"- Memory: peak RSS {result['memory']['peak']['rss_mb']:.0f} MB "
+        f"({result['memory']['after_load']['rss_mb']:.0f} MB after loading); loading the "
+        f"prepared pair {result['load_s']:.1f} s.",
+        "- Mismatches between speculative and plain greedy: "
+        + (", ".join(s["mismatches"]) or "none")
+        + ". In bf16 on CPU a pass of k tokens rounds differently from a one-token pass; a "
+        "mismatch starts where the target's two best logits are (nearly) tied.",
+        "",
+        *images,
+        "",
+    ]
+    if "peer" in result:
+        from .peer import peer_lines
+
+        lines += ["### Peer: llama.cpp on the same holes", "", *peer_lines(result["peer"]), ""]
+    lines += [
+        f"Corpus: {len(result['corpus']['holes'])} holes from "
+        + ", ".join(sorted({src["label"] for src in result["corpus"]["sources"]}))
+        + "; every hole's package, file, sha256 and offsets are in the JSON (`corpus.holes`).",
+        *(["Skipped: " + "; ".join(result["missing"]) + "."] if result["missing"] else []),
+        "<!-- bench:end -->",
+    ]
+    replace_section(docs, "bench", "\n".join(lines))
+
+
+def _fmt(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def replace_section(path: Path, name: str, text: str) -> None:
+    """Put ``text`` between the ``name`` markers of ``path``, keeping the rest of the file."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    start, end = f"<!-- {name}:start", f"<!-- {name}:end -->"
+    if start in old and end in old:
+        head, rest = old.split(start, 1)
+        tail = rest.split(end, 1)[1]
+        path.write_text(head + text + tail)
+    else:
+        path.write_text(old.rstrip("\n") + "\n\n" + text + "\n")

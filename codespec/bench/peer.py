@@ -1,0 +1,186 @@
+"""`codespec bench --peer llama.cpp`: the same holes through llama.cpp (llama-cpp-python), on the
+GGUF file our target was dequantized from, greedy, with and without its prompt-lookup decoding.
+
+Each hole's prompt is our FIM prompt, token for token (the GGUF carries the same vocabulary), and
+generation stops where ours does: at end-of-text, the token limit, or our stop rules (checked
+after every token). As for ours: speed with the prompt already cached, time to first token cold
+(a new place: full prefill) and warm (a keystroke: the cached prompt plus the typed tokens).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from ..languages import LANGUAGES
+from ..models import ModelError, gguf_file
+from ..runtime import LoadedPair
+from ..stops import Cursor, StopChecker, TextStopRule
+from .corpus import Hole
+from .report import rate
+from .runner import BenchSettings, options_for, typed_at_cursor
+
+ENGINES = ("llama.cpp plain", "llama.cpp prompt lookup", "codespec plain", "codespec speculative")
+
+
+def require() -> None:
+    """Fail early, in one line, when llama-cpp-python is not installed."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise ModelError(
+            "--peer llama.cpp needs llama-cpp-python: .venv/bin/pip install -e '.[peer]'"
+        ) from None
+
+
+def load_llama(model_path: str, prompt_lookup: bool):
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    return Llama(
+        model_path=model_path,
+        n_ctx=2048,
+        n_threads=os.cpu_count(),
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10) if prompt_lookup else None,
+        # A draft model needs logits for every position; 0.3.36 sizes its logits buffer from
+        # this argument, not from the draft, so say it explicitly.
+        logits_all=prompt_lookup,
+        verbose=False,
+    )
+
+
+def generate(llm, pair: LoadedPair, hole: Hole, prompt: list[int], max_tokens: int) -> dict:
+    """Greedy tokens for ``prompt`` until a stop; times from the call to each token."""
+    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
+    mode = options_for(hole, BenchSettings()).mode
+    rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode))
+    tokens: list[int] = []
+    t0 = time.perf_counter()
+    ttft = None
+    for token in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
+        ttft = ttft if ttft is not None else time.perf_counter() - t0
+        if token in pair.stop_ids:
+            break
+        tokens.append(token)
+        keep = rule(tokens)
+        if keep is not None:
+            del tokens[keep:]
+            break
+        if len(tokens) >= max_tokens:
+            break
+    total = time.perf_counter() - t0
+    return dict(tokens=tokens, ttft_ms=1000 * (ttft or total), total_ms=1000 * total)
+
+
+def run_peer(
+    pair: LoadedPair,
+    holes: list[Hole],
+    rows: list[dict],
+    settings: BenchSettings,
+    log=print,
+    limit: int | None = None,
+) -> dict:
+    path = str(gguf_file(pair.manifest.target, pair.manifest.install_hint))
+    variants = {"plain": load_llama(path, False), "prompt_lookup": load_llama(path, True)}
+    records = []
+    for hole, row in list(zip(holes, rows, strict=True))[:limit]:
+        prompt = prompt_of(pair, hole, settings)
+        record: dict = {"file": row["hole"]["file"], "language": hole.language, "kind": hole.kind}
+        for name, llm in variants.items():
+            cold = generate(llm, pair, hole, prompt, 1)  # new place: full prefill
+            warm = generate(llm, pair, hole, prompt, settings.max_tokens)  # prompt cached
+            typed = pair.tokenizer.encode(typed_at_cursor(hole), add_special_tokens=False)
+            keystroke = generate(llm, pair, hole, prompt + typed, 1)  # as our warm ttft
+            record[name] = dict(
+                cold_ttft_ms=cold["ttft_ms"],
+                ttft_ms=keystroke["ttft_ms"],
+                total_ms=warm["total_ms"],
+                tokens=len(warm["tokens"]),
+                ids=warm["tokens"],
+            )
+        plain_ids = record["plain"]["ids"]
+        record["plain_matches_ours"] = plain_ids == row["plain"]["ids"]
+        record["lookup_matches_its_greedy"] = record["prompt_lookup"]["ids"] == plain_ids
+        records.append(record)
+        log(
+            f"peer {hole.language:<15} {hole.kind:<8} plain {rate(record['plain']):5.1f} tok/s "
+            f"lookup {rate(record['prompt_lookup']):5.1f} tok/s "
+            f"same-as-ours={record['plain_matches_ours']} "
+            f"lookup-exact={record['lookup_matches_its_greedy']}"
+        )
+    return dict(model=os.path.basename(path), holes=records, summary=summarize(records, rows))
+
+
+def prompt_of(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
+    from ..completion import complete
+
+    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
+    options = options_for(hole, settings, max_tokens=1, line_max_tokens=1)
+    return complete(pair, cursor, options, path=os.path.basename(hole.file)).anchor.ids
+
+
+def summarize(records: list[dict], rows: list[dict]) -> dict:
+    """Tokens/s over the same holes for llama.cpp (plain, prompt lookup) and us (plain, spec)."""
+    ours = rows[: len(records)]
+
+    def tok_s(runs: list[dict]) -> float | None:
+        ms = sum(r["total_ms"] for r in runs)
+        return sum(r["tokens"] for r in runs) / ms * 1000 if ms else None
+
+    def p50(runs: list[dict], key: str) -> float | None:
+        return statistics.median(r[key] for r in runs) if runs else None
+
+    out: dict = {}
+    for name, runs in zip(
+        ENGINES,
+        (
+            [r["plain"] for r in records],
+            [r["prompt_lookup"] for r in records],
+            [r["plain"] for r in ours],
+            [r["spec"] for r in ours],
+        ),
+        strict=True,
+    ):
+        out[name] = dict(
+            tok_s=tok_s(runs), total_ms_p50=p50(runs, "total_ms"), ttft_ms_p50=p50(runs, "ttft_ms")
+        )
+    llama_plain = [r["plain"] for r in records]
+    out["llama.cpp plain"]["cold_ttft_ms_p50"] = p50(llama_plain, "cold_ttft_ms")
+    out["codespec speculative"]["cold_ttft_ms_p50"] = p50(ours, "cold_ttft_ms")
+    out["holes"] = len(records)
+    out["llama.cpp plain matches codespec plain"] = sum(r["plain_matches_ours"] for r in records)
+    out["llama.cpp prompt lookup matches its greedy"] = sum(
+        r["lookup_matches_its_greedy"] for r in records
+    )
+    return out
+
+
+def peer_lines(peer: dict) -> list[str]:
+    s = peer["summary"]
+    lines = [
+        f"Same {s['holes']} holes, prompt cached, greedy, same stop rules; llama.cpp on "
+        f"`{peer['model']}` (quantized), codespec on its bf16 dequantization.",
+        "",
+        "| engine | tok/s | total p50 | ttft p50 | cold ttft p50 |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ENGINES:
+        r = s[name]
+        lines.append(
+            f"| {name} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['total_ms_p50'], '{:.0f} ms')} | "
+            f"{_f(r['ttft_ms_p50'], '{:.0f} ms')} | {_f(r.get('cold_ttft_ms_p50'), '{:.0f} ms')} |"
+        )
+    lines += [
+        "",
+        f"- llama.cpp greedy output identical to codespec's: "
+        f"{s['llama.cpp plain matches codespec plain']} of {s['holes']} holes (different "
+        "kernels and weights precision: Q4_K_M blocks vs bf16).",
+        f"- llama.cpp prompt lookup output identical to its own greedy: "
+        f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
+    ]
+    return lines
+
+
+def _f(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)

@@ -1,0 +1,214 @@
+"""Turn per-hole records into figures: aggregates per language and hole kind, the terminal
+table, the docs section and its plots."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+PROPOSERS = ("ngram", "draft")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def rate(run: dict) -> float:
+    """Tokens per second of one completion."""
+    return run["tokens"] / run["total_ms"] * 1000 if run["total_ms"] else 0.0
+
+
+def aggregate(rows: list[dict]) -> dict:
+    """Figures over a set of holes. Speeds are ratios of sums over the same holes (speculative
+    tokens/s over plain tokens/s), so long completions weigh more than short ones."""
+    if not rows:
+        return {"holes": 0}
+    spec_tokens = sum(r["spec"]["tokens"] for r in rows)
+    plain_tokens = sum(r["plain"]["tokens"] for r in rows)
+    spec_s = sum(r["spec"]["total_ms"] for r in rows) / 1000
+    plain_s = sum(r["plain"]["total_ms"] for r in rows) / 1000
+    proposed = {k: sum(r["spec"]["proposed"][k] for r in rows) for k in PROPOSERS}
+    accepted = {k: sum(r["spec"]["accepted"][k] for r in rows) for k in PROPOSERS}
+    ratios = [
+        rate(r["spec"]) / rate(r["plain"])
+        for r in rows
+        if r["spec"]["tokens"] and r["plain"]["tokens"]
+    ]
+
+    def col(key: str) -> list[float]:
+        return [r[key] for r in rows]
+
+    def run_col(run: str, key: str) -> list[float]:
+        return [r[run][key] for r in rows]
+
+    spec_tok_s = spec_tokens / spec_s if spec_s else None
+    plain_tok_s = plain_tokens / plain_s if plain_s else None
+    return dict(
+        holes=len(rows),
+        speedup=spec_tok_s / plain_tok_s if spec_tok_s and plain_tok_s else None,
+        speedup_median=statistics.median(ratios) if ratios else None,
+        spec_tok_s=spec_tok_s,
+        plain_tok_s=plain_tok_s,
+        exact=sum(col("exact")) / len(rows),
+        mismatches=[
+            f"{r['hole']['package']} {r['hole']['file']}:{r['hole']['line']} "
+            f"(top-2 logit gap {r['divergence_logit_gap']:.3f})"
+            for r in rows
+            if not r["exact"]
+        ],
+        tokens_per_pass=spec_tokens / max(sum(run_col("spec", "passes")), 1),
+        tokens=spec_tokens,
+        proposed=proposed,
+        accepted=accepted,
+        acceptance={k: accepted[k] / proposed[k] if proposed[k] else None for k in PROPOSERS},
+        draft_passes=sum(run_col("spec", "draft_passes")),
+        draft_decisions={
+            k: sum(r["draft_decisions"].get(k, 0) for r in rows)
+            for k in ("draft_on", "draft_off", "probes")
+        },
+        exact_match=sum(col("exact_match")) / len(rows),
+        edit_similarity=statistics.mean(col("edit_similarity")),
+        parse_ok=sum(col("parse_ok")) / len(rows),
+        ttft_ms_p50=percentile(col("ttft_ms"), 50),
+        ttft_ms_p95=percentile(col("ttft_ms"), 95),
+        cold_ttft_ms_p50=percentile(col("cold_ttft_ms"), 50),
+        cold_ttft_ms_p95=percentile(col("cold_ttft_ms"), 95),
+        total_ms_p50=percentile(run_col("spec", "total_ms"), 50),
+        total_ms_p95=percentile(run_col("spec", "total_ms"), 95),
+        plain_total_ms_p50=percentile(run_col("plain", "total_ms"), 50),
+        plain_total_ms_p95=percentile(run_col("plain", "total_ms"), 95),
+    )
+
+
+def group(rows: list[dict], key: Callable[[dict], str]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return groups
+
+
+def summarize(rows: list[dict]) -> dict:
+    by_language = group(rows, lambda r: r["hole"]["language"])
+    return dict(
+        overall=aggregate(rows),
+        by_language={lang: aggregate(rs) for lang, rs in sorted(by_language.items())},
+        by_kind={k: aggregate(rs) for k, rs in group(rows, lambda r: r["hole"]["kind"]).items()},
+        by_language_kind={
+            lang: {k: aggregate(g) for k, g in group(rs, lambda r: r["hole"]["kind"]).items()}
+            for lang, rs in sorted(by_language.items())
+        },
+    )
+
+
+# -- the terminal table ---------------------------------------------------------------------
+
+COLUMNS = (
+    ("holes", "holes", "{:d}"),
+    ("speedup", "speedup", "{:.2f}x"),
+    ("exact", "exact", "{:.0%}"),
+    ("tokens_per_pass", "tok/pass", "{:.2f}"),
+    ("exact_match", "exact-match", "{:.0%}"),
+    ("edit_similarity", "edit-sim", "{:.2f}"),
+    ("parse_ok", "parses", "{:.0%}"),
+    ("ttft_ms_p50", "ttft p50", "{:.0f} ms"),
+    ("cold_ttft_ms_p50", "cold ttft", "{:.0f} ms"),
+    ("total_ms_p50", "total p50", "{:.0f} ms"),
+)
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table(summary: dict) -> str:
+    """Rows per language, per hole kind, and overall."""
+    head = ["slice"] + [title for _, title, _ in COLUMNS]
+    body = []
+    for section in ("by_language", "by_kind"):
+        for name, figures in summary[section].items():
+            body.append([name] + [_cell(figures.get(k), f) for k, _, f in COLUMNS])
+    body.append(["overall"] + [_cell(summary["overall"].get(k), f) for k, _, f in COLUMNS])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+
+    def line(row: list[str]) -> str:
+        cells = [c.rjust(w) for c, w in zip(row, widths, strict=True)]
+        return "  ".join([row[0].ljust(widths[0]), *cells[1:]])
+
+    rule = "-" * len(line(head))
+    return "\n".join([line(head), rule, *map(line, body[:-1]), rule, line(body[-1])])
+
+
+def markdown_table(summary: dict) -> list[str]:
+    head = ["slice"] + [title for _, title, _ in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for section in ("by_language", "by_kind"):
+        for name, figures in summary[section].items():
+            cells = [_cell(figures.get(k), f) for k, _, f in COLUMNS]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = [_cell(summary["overall"].get(k), f) for k, _, f in COLUMNS]
+    lines.append("| **overall** | " + " | ".join(cells) + " |")
+    return lines
+
+
+# -- plots --------------------------------------------------------------------------------------
+
+
+def plot(summary: dict, out_dir: Path) -> list[Path]:
+    """Speedup and acceptance per language as PNG bar charts (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    langs = list(summary["by_language"])
+    kinds = list(summary["by_kind"])
+    x = np.arange(len(langs))
+    width = 0.8 / max(len(kinds), 1)
+
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    for i, kind in enumerate(kinds):
+        values = [
+            summary["by_language_kind"][lang].get(kind, {}).get("speedup") or 0 for lang in langs
+        ]
+        ax.bar(x + (i - (len(kinds) - 1) / 2) * width, values, width, label=kind)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, langs, rotation=30, ha="right")
+    ax.set_ylabel("speculative / plain tokens per second")
+    ax.set_title("Speedup of speculative over plain greedy decoding, per language and hole kind")
+    ax.legend(ncols=len(kinds), fontsize=8)
+    fig.tight_layout()
+    speedup_png = out_dir / "bench-speedup.png"
+    fig.savefig(speedup_png, dpi=110)
+    plt.close(fig)
+
+    series = {
+        "n-gram tokens accepted / proposed": [
+            summary["by_language"][lang]["acceptance"]["ngram"] or 0 for lang in langs
+        ],
+        "exact match with the removed text": [
+            summary["by_language"][lang]["exact_match"] for lang in langs
+        ],
+        "edit similarity with the removed text": [
+            summary["by_language"][lang]["edit_similarity"] for lang in langs
+        ],
+        "file parses after the completion": [
+            summary["by_language"][lang]["parse_ok"] for lang in langs
+        ],
+    }
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label)
+    ax.set_xticks(x, langs, rotation=30, ha="right")
+    ax.set_ylim(0, 1.15)
+    ax.set_title("Acceptance per language: speculation and completion quality")
+    ax.legend(ncols=2, fontsize=8)
+    fig.tight_layout()
+    acceptance_png = out_dir / "bench-acceptance.png"
+    fig.savefig(acceptance_png, dpi=110)
+    plt.close(fig)
+    return [speedup_png, acceptance_png]

@@ -1,0 +1,154 @@
+"""Complete one benchmark hole the way the product does, plain and speculative, side by side.
+
+For each hole, on the resident pair:
+
+1. cold: a request at a new cursor (the cache holds the previous hole's prompt), one token:
+   the full prefill, i.e. the time to first token after a jump to another place;
+2. plain and speculative greedy decoding on the same warm cache, in alternating order, with the
+   stop rules on: their outputs are compared token by token, their speeds as a ratio;
+3. warm: the user types one to three characters of the removed text at the cursor; the cached
+   prompt is extended (KV reuse) and the time to first token measured.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass, replace
+from pathlib import PurePath
+
+import torch
+from rapidfuzz.distance import Levenshtein
+
+from ..completion import CompletionOptions, CompletionResult, complete
+from ..languages import LANGUAGES, has_syntax_error
+from ..runtime import LoadedPair
+from ..stops import Cursor, Mode
+from .corpus import Hole, check_no_leak
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    max_tokens: int = 48
+    prefix_tokens: int = 1024  # the daemon's defaults
+    suffix_tokens: int = 256
+
+
+def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:
+    """Rest-of-line holes are single-line completions; the other kinds multi-line."""
+    options = CompletionOptions(
+        max_tokens=settings.max_tokens,
+        line_max_tokens=settings.max_tokens,
+        mode=Mode.LINE if hole.kind == "line" else Mode.BLOCK,
+        prefix_tokens=settings.prefix_tokens,
+        suffix_tokens=settings.suffix_tokens,
+    )
+    return replace(options, **changes)
+
+
+def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: bool) -> dict:
+    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
+    path = PurePath(hole.file).name
+
+    def run(**changes) -> CompletionResult:
+        return complete(pair, cursor, options_for(hole, settings, **changes), path=path)
+
+    cold = run(max_tokens=1, line_max_tokens=1)
+    prompt = cold.anchor.ids
+    check_no_leak(hole, *prompt_texts(pair, prompt))
+
+    decisions_before = dict(pair.engine.policy.decisions)
+    results: dict[str, CompletionResult] = {}
+    for speculate in (True, False) if spec_first else (False, True):
+        results["spec" if speculate else "plain"] = run(speculate=speculate)
+    spec, plain = results["spec"], results["plain"]
+    decisions = {k: v - decisions_before.get(k, 0) for k, v in pair.engine.policy.decisions.items()}
+
+    warm = complete(
+        pair,
+        Cursor(hole.prefix + typed_at_cursor(hole), hole.suffix, cursor.language),
+        options_for(hole, settings, max_tokens=1, line_max_tokens=1),
+        path=path,
+        anchor=spec.anchor,
+    )
+
+    exact = spec.tokens == plain.tokens
+    return dict(
+        hole=hole.describe(),
+        prompt_tokens=len(prompt),
+        cold_ttft_ms=1000 * cold.stats.ttft_s,
+        ttft_ms=1000 * warm.stats.ttft_s,
+        warm_prefill_tokens=warm.stats.prefill_tokens,
+        spec=run_record(spec),
+        plain=run_record(plain),
+        draft_decisions=decisions,
+        exact=exact,
+        divergence_logit_gap=None if exact else divergence_gap(pair, prompt, plain, spec),
+        completion=spec.text,
+        **quality(hole, spec.text),
+    )
+
+
+def typed_at_cursor(hole: Hole) -> str:
+    """What the user types next in the warm measurement: 1-3 characters of the removed text."""
+    return hole.truth.split("\n", 1)[0][: 1 + hole.line % 3]
+
+
+def run_record(result: CompletionResult) -> dict:
+    s = result.stats
+    return dict(
+        tokens=s.tokens,
+        passes=s.target_passes + 1,  # the first token comes from the prefill pass
+        total_ms=1000 * s.total_s,
+        ttft_ms=1000 * s.ttft_s,
+        proposed=dict(s.proposed),
+        accepted=dict(s.accepted),
+        draft_passes=s.draft_passes,
+        stop_reason=s.stop_reason,
+        ids=result.tokens,
+    )
+
+
+def prompt_texts(pair: LoadedPair, prompt: list[int]) -> tuple[str, str]:
+    """The prefix and suffix text the model sees, read back from the prompt's tokens."""
+    fim = pair.manifest.tokens
+    text = pair.tokenizer.decode(prompt)
+    after_prefix = text.rsplit(fim.fim_prefix, 1)[1]
+    prefix, rest = after_prefix.split(fim.fim_suffix, 1)
+    return prefix, rest.split(fim.fim_middle, 1)[0]
+
+
+def normalize(text: str) -> str:
+    """Compare code up to trailing whitespace on lines and blank lines at the ends."""
+    return "\n".join(line.rstrip() for line in text.strip("\n").split("\n")).strip()
+
+
+def quality(hole: Hole, completion: str) -> dict:
+    """How close the completion is to the removed text, and whether the file still parses."""
+    got, want = normalize(completion), normalize(hole.truth)
+    return dict(
+        exact_match=got == want,
+        edit_similarity=Levenshtein.normalized_similarity(got, want),
+        parse_ok=has_syntax_error(LANGUAGES[hole.language], hole.prefix + completion + hole.suffix)
+        is False,
+    )
+
+
+def divergence_gap(
+    pair: LoadedPair, prompt: list[int], plain: CompletionResult, spec: CompletionResult
+) -> float:
+    """The target's top-2 logit gap (a one-token pass, as plain decoding runs it) where the two
+    outputs first differ: a near-tie there means bf16 rounding that depends on the width of the
+    pass decided the token, not a wrong acceptance."""
+    a, b = plain.tokens, spec.tokens
+    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+    logits, _, _ = pair.engine.target.prefill(prompt + a[:first])
+    top = torch.topk(logits.float(), 2).values
+    return float(top[0] - top[1])
+
+
+def peak_memory_mb() -> dict:
+    """Peak resident memory of this process (and of the GPU when there is one)."""
+    peak = {"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        peak["cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return peak

@@ -1,0 +1,314 @@
+"""`codespec bench`: the corpus (real files, real grammars), the metrics, and a whole run of the
+command on a tiny model through its CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespec.bench import corpus, report
+from codespec.bench.runner import quality
+from codespec.languages import LANGUAGES
+
+LUA = """local M = {}
+
+-- helpers for a small table library (written for this test)
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t) do
+    out[k] = v
+  end
+  return out
+end
+
+function M.merge(a, b)
+  local out = copy(a)
+  for k, v in pairs(b) do
+    if out[k] == nil then
+      out[k] = v
+    end
+  end
+  return out
+end
+
+function M.keys(t)
+  local out = {}
+  for k in pairs(t) do
+    out[#out + 1] = k
+  end
+  table.sort(out)
+  return out
+end
+
+function M.values(t)
+  local out = {}
+  for _, v in pairs(t) do
+    out[#out + 1] = v
+  end
+  return out
+end
+"""
+
+JS = """'use strict';
+
+const DEFAULTS = { retries: 3, timeout: 1000 };
+
+function withDefaults(options) {
+  const merged = Object.assign({}, DEFAULTS, options);
+  if (merged.retries < 0) {
+    throw new Error('retries must be >= 0');
+  }
+  return merged;
+}
+
+function backoff(attempt, base) {
+  const delay = base * Math.pow(2, attempt);
+  const jitter = Math.random() * base;
+  return Math.min(delay + jitter, 30000);
+}
+
+class Client {
+  constructor(options) {
+    this.options = withDefaults(options);
+    this.pending = new Map();
+  }
+
+  request(name, payload) {
+    const id = this.pending.size + 1;
+    this.pending.set(id, { name, payload });
+    return id;
+  }
+
+  cancel(id) {
+    const entry = this.pending.get(id);
+    this.pending.delete(id);
+    return entry;
+  }
+}
+
+module.exports = { Client, backoff, withDefaults };
+"""
+
+
+def fake_package(corpus_dir: Path, origin: str, folder: str, files: dict[str, str]) -> None:
+    root = corpus_dir / origin / folder
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text * 3 if len(text) < corpus.MIN_FILE_BYTES else text)
+    (root / "source.json").write_text(json.dumps({"version": "9.9-test"}))
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    fake_package(d, "debian", "lua-penlight", {"usr/share/lua/5.4/pl/tablex.lua": LUA})
+    fake_package(d, "npm", "express4.21.2", {"package/lib/client.js": JS})
+    return d
+
+
+def file_text(packages: list[corpus.Package], hole: corpus.Hole) -> str:
+    (package,) = [p for p in packages if p.label == hole.package]
+    return (package.root / hole.file).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", corpus.KINDS)
+def test_stdlib_holes_are_cut_from_the_real_file(kind, corpus_dir):
+    packages = corpus.packages(corpus_dir, {"python"})
+    holes = corpus.sample_holes(packages, "python", kind, 3, seed=1)
+    assert len(holes) == 3 and len({h.file for h in holes}) == 3  # one hole per file
+    for hole in holes:
+        text = file_text(packages, hole)
+        assert hole.prefix + hole.truth + hole.suffix == text
+        assert text[hole.start : hole.end] == hole.truth and hole.truth.strip()
+        assert hole.suffix.startswith("\n")  # holes end at a line end
+        lines = hole.truth.split("\n")
+        if kind == "line":
+            assert len(lines) == 1
+        elif kind == "block":
+            assert 2 <= len(lines) <= 8
+        elif kind == "function":
+            # Python: the line before the body is the header (possibly a docstring's end)
+            assert hole.prefix.rstrip().endswith((":", '"""', "'''")) or "def " in hole.prefix
+        else:  # copy: the removed lines appear, in order, earlier in the file
+            first, second = lines[0].strip(), lines[1].strip()
+            earlier = [s.strip() for s in hole.prefix.split("\n")]
+            assert any(
+                earlier[i] == first and earlier[i + 1] == second for i in range(len(earlier) - 1)
+            )
+
+
+def test_sampling_is_deterministic_and_independent_of_other_languages(corpus_dir):
+    python_only = corpus.packages(corpus_dir, {"python"})
+    everything = corpus.packages(corpus_dir)
+    assert {p.spec.language for p in everything} >= {"python", "lua", "javascript"}
+    a = [h.describe() for h in corpus.sample_holes(python_only, "python", "block", 4, seed=7)]
+    b = [h.describe() for h in corpus.sample_holes(everything, "python", "block", 4, seed=7)]
+    c = [h.describe() for h in corpus.sample_holes(python_only, "python", "block", 4, seed=8)]
+    assert a == b
+    assert a != c
+    assert all(h["package"].startswith("stdlib:python@") and "prefix" not in h for h in a)
+
+
+@pytest.mark.parametrize("language", ["lua", "javascript"])
+def test_function_bodies_leave_the_closing_line_in_the_suffix(language, corpus_dir):
+    packages = corpus.packages(corpus_dir, {language})
+    holes = corpus.sample_holes(packages, language, "function", 1, seed=2)
+    assert len(holes) == 1
+    hole = holes[0]
+    closer = "end" if language == "lua" else "}"
+    assert hole.suffix.split("\n")[1].strip() == closer
+    assert not hole.truth.rstrip().endswith(closer) or language == "lua"
+    assert hole.package.endswith("@9.9-test")
+    # the file without the body still parses as far as the grammar goes: header, closer intact
+    header = hole.prefix.rstrip().split("\n")[-1]
+    assert "function" in header or "(" in header
+
+
+def test_block_holes_in_other_grammars(corpus_dir):
+    packages = corpus.packages(corpus_dir, {"javascript"})
+    (hole,) = corpus.sample_holes(packages, "javascript", "block", 1, seed=3)
+    assert hole.truth.count("\n") >= 1
+    text = file_text(packages, hole)
+    assert text.count(hole.truth) >= 1 and hole.prefix + hole.truth + hole.suffix == text
+
+
+def test_no_leak_check():
+    hole = corpus.Hole("python", "line", "x", "f.py", "", 4, 9, 1, 4, "abc\nx = ", "1 + 2", "\ny\n")
+    corpus.check_no_leak(hole, "x = ", "\ny")
+    with pytest.raises(AssertionError):
+        corpus.check_no_leak(hole, "x = 1 + 2", "\ny")  # removed text in the prompt's prefix
+    with pytest.raises(AssertionError):
+        corpus.check_no_leak(hole, "x = ", "1 + 2\ny")
+
+
+def test_quality_metrics():
+    hole = corpus.Hole(
+        "python", "block", "x", "f.py", "", 0, 0, 1, 4, "def f(a):\n    ", "return a + 1", "\n"
+    )
+    same = quality(hole, "return a + 1   \n\n")
+    assert same == {"exact_match": True, "edit_similarity": 1.0, "parse_ok": True}
+    near = quality(hole, "return a + 2")
+    assert not near["exact_match"] and 0.9 < near["edit_similarity"] < 1.0 and near["parse_ok"]
+    broken = quality(hole, "return (a + 1")
+    assert not broken["parse_ok"]
+
+
+def row(language: str, kind: str, spec: tuple, plain: tuple, exact: bool = True) -> dict:
+    """A per-hole record: (tokens, total_ms, passes) for each run."""
+
+    def run(t):
+        return dict(
+            tokens=t[0],
+            total_ms=t[1],
+            ttft_ms=10.0,
+            passes=t[2],
+            proposed={"ngram": 4, "draft": 0},
+            accepted={"ngram": 2, "draft": 0},
+            draft_passes=0,
+        )
+
+    return dict(
+        hole={"language": language, "kind": kind, "package": "p", "file": "f", "line": 1},
+        spec=run(spec),
+        plain=run(plain),
+        exact=exact,
+        divergence_logit_gap=None if exact else 0.0,
+        draft_decisions={"draft_off": 3},
+        exact_match=False,
+        edit_similarity=0.5,
+        parse_ok=True,
+        ttft_ms=100.0,
+        cold_ttft_ms=1000.0,
+    )
+
+
+def test_aggregate_is_a_ratio_of_sums():
+    rows = [
+        row("python", "line", spec=(10, 1000, 5), plain=(10, 2000, 10)),
+        row("python", "copy", spec=(30, 1000, 6), plain=(30, 6000, 30), exact=False),
+        row("go", "line", spec=(0, 100, 1), plain=(0, 100, 1)),
+    ]
+    summary = report.summarize(rows)
+    py = summary["by_language"]["python"]
+    assert py["speedup"] == pytest.approx((40 / 2.0) / (40 / 8.0))
+    assert py["speedup_median"] == pytest.approx((2.0 + 6.0) / 2)
+    assert py["tokens_per_pass"] == pytest.approx(40 / 11)
+    assert py["exact"] == 0.5 and len(py["mismatches"]) == 1
+    assert py["acceptance"]["ngram"] == 0.5 and py["acceptance"]["draft"] is None
+    assert summary["overall"]["holes"] == 3 and summary["by_kind"]["line"]["holes"] == 2
+    assert summary["by_language_kind"]["python"]["copy"]["speedup"] == pytest.approx(6.0)
+    text = report.table(summary)
+    assert "python" in text and "overall" in text and "4.00x" in text
+
+
+def test_bench_command_end_to_end(tiny_manifest, tmp_path):
+    """The whole command on a tiny fp32 model: holes from the stdlib, JSON, docs and plots."""
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nhand-written text stays\n")
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "codespec", "bench", "--pair", str(tiny_manifest)]
+    args = ["--languages", "python", "--kinds", "line,copy", "--per-kind", "2"]
+    args += ["--max-tokens", "8", "--corpus-dir", str(tmp_path / "corpus")]
+    args += ["--json", str(out), "--write-docs", "--docs", str(docs)]
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(cmd + args, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "overall" in done.stdout and "speedup" in done.stdout
+    result = json.loads(out.read_text())
+    for figures in (result["overall"], result["by_language"]["python"]):
+        for key in ("speedup", "exact", "tokens_per_pass", "exact_match", "edit_similarity",
+                    "parse_ok", "ttft_ms_p50", "total_ms_p50"):  # fmt: skip
+            assert figures[key] is not None, key
+        assert figures["exact"] == 1.0  # fp32: speculative == plain greedy on every hole
+    assert result["overall"]["holes"] == 4 == len(result["corpus"]["holes"])
+    assert set(result["by_kind"]) == {"line", "copy"}
+    assert result["holes"][0]["plain"]["tokens"] <= 8
+    assert all(h["hole"]["package"].startswith("stdlib:python@") for h in result["holes"])
+    text = docs.read_text()
+    assert "hand-written text stays" in text and "<!-- bench:start" in text
+    assert "| **overall** |" in text
+    assert (tmp_path / "img" / "bench-speedup.png").stat().st_size > 1000
+    assert (tmp_path / "img" / "bench-acceptance.png").stat().st_size > 1000
+
+    # the docs can be regenerated from the saved JSON alone
+    docs.write_text("# Benchmarks\n")
+    again = subprocess.run(
+        cmd + ["--docs-from", str(out), "--docs", str(docs)], capture_output=True, text=True
+    )
+    assert again.returncode == 0 and "| **overall** |" in docs.read_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--languages", "cobol"], "unknown language 'cobol'"),
+        (["--kinds", "poem"], "unknown hole kind 'poem'"),
+        (["--per-kind", "0"], "at least 1"),
+        (["--languages", "lua", "--corpus-dir", "/nonexistent"], "no holes"),
+    ],
+)
+def test_bad_bench_input_is_one_line_and_exit_2(args, message):
+    done = subprocess.run(
+        [sys.executable, "-m", "codespec", "bench", *args], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("codespec: error:")
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_peer_without_llama_cpp_says_how_to_install(monkeypatch, capsys):
+    from codespec import cli
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as on a machine without the extra
+    code = cli.main(["bench", "--peer", "llama.cpp", "--languages", "python"])
+    assert code == 2
+    assert "pip install -e '.[peer]'" in capsys.readouterr().err
+
+
+def test_every_language_has_a_source_package():
+    assert {s.language for s in corpus.SOURCES} == set(LANGUAGES)
