@@ -83,8 +83,10 @@ def run_peer(
 ) -> dict:
     path = str(gguf_file(pair.manifest.target, pair.manifest.install_hint))
     variants = {"plain": load_llama(path, False), "prompt_lookup": load_llama(path, True)}
-    records = []
-    for hole, row in list(zip(holes, rows, strict=True))[:limit]:
+    records, ours = [], []  # llama.cpp's runs and ours on the same holes
+    pairs = list(zip(holes, rows, strict=True))
+    step = max(1, len(pairs) // limit) if limit else 1
+    for hole, row in pairs[::step][:limit]:  # spread over languages and kinds
         prompt = prompt_of(pair, hole, settings)
         record: dict = {"file": row["hole"]["file"], "language": hole.language, "kind": hole.kind}
         for name, llm in variants.items():
@@ -103,13 +105,14 @@ def run_peer(
         record["plain_matches_ours"] = plain_ids == row["plain"]["ids"]
         record["lookup_matches_its_greedy"] = record["prompt_lookup"]["ids"] == plain_ids
         records.append(record)
+        ours.append(row)
         log(
             f"peer {hole.language:<15} {hole.kind:<8} plain {rate(record['plain']):5.1f} tok/s "
             f"lookup {rate(record['prompt_lookup']):5.1f} tok/s "
             f"same-as-ours={record['plain_matches_ours']} "
             f"lookup-exact={record['lookup_matches_its_greedy']}"
         )
-    return dict(model=os.path.basename(path), holes=records, summary=summarize(records, rows))
+    return dict(model=os.path.basename(path), holes=records, summary=summarize(records, ours))
 
 
 def prompt_of(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
@@ -120,9 +123,8 @@ def prompt_of(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int
     return complete(pair, cursor, options, path=os.path.basename(hole.file)).anchor.ids
 
 
-def summarize(records: list[dict], rows: list[dict]) -> dict:
+def summarize(records: list[dict], ours: list[dict]) -> dict:
     """Tokens/s over the same holes for llama.cpp (plain, prompt lookup) and us (plain, spec)."""
-    ours = rows[: len(records)]
 
     def tok_s(runs: list[dict]) -> float | None:
         ms = sum(r["total_ms"] for r in runs)
