@@ -312,3 +312,28 @@ def test_peer_without_llama_cpp_says_how_to_install(monkeypatch, capsys):
 
 def test_every_language_has_a_source_package():
     assert {s.language for s in corpus.SOURCES} == set(LANGUAGES)
+
+
+def test_peer_summary_compares_the_same_holes():
+    from codespec.bench.peer import peer_lines, summarize
+
+    def llama(tokens, total, ttft, cold, ids):
+        return dict(tokens=tokens, total_ms=total, ttft_ms=ttft, cold_ttft_ms=cold, ids=ids)
+
+    records = [
+        dict(plain=llama(10, 500, 40, 8000, [1]), prompt_lookup=llama(10, 2000, 50, 9000, [1]),
+             plain_matches_ours=True, lookup_matches_its_greedy=True),
+        dict(plain=llama(30, 1000, 60, 8000, [2]), prompt_lookup=llama(30, 1000, 70, 9000, [3]),
+             plain_matches_ours=False, lookup_matches_its_greedy=False),
+    ]  # fmt: skip
+    ours = [row("python", "line", (10, 1000, 5), (10, 2000, 10)),
+            row("go", "copy", (30, 3000, 9), (30, 6000, 30))]  # fmt: skip
+    s = summarize(records, ours)
+    assert s["llama.cpp plain"]["tok_s"] == pytest.approx(40 / 1.5)
+    assert s["llama.cpp prompt lookup"]["tok_s"] == pytest.approx(40 / 3.0)
+    assert s["codespec speculative"]["tok_s"] == pytest.approx(40 / 4.0)
+    assert s["codespec plain"]["tok_s"] == pytest.approx(40 / 8.0)
+    assert s["codespec plain"]["ttft_ms_p50"] == 100.0 and s["holes"] == 2
+    assert s["llama.cpp plain matches codespec plain"] == 1
+    text = "\n".join(peer_lines({"model": "m.gguf", "summary": s}))
+    assert "| llama.cpp plain | 26.7 |" in text and "1 of 2 holes" in text

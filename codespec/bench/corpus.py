@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import random
 import shutil
 import subprocess
@@ -193,7 +194,7 @@ def packages(corpus_dir: Path, languages: set[str] | None = None) -> list[Packag
             continue
         if spec.origin == "stdlib":
             root = Path(sysconfig.get_paths()["stdlib"])
-            found.append(Package(spec, sysconfig.get_python_version(), root))
+            found.append(Package(spec, platform.python_version(), root))
             continue
         root = corpus_dir / spec.origin / spec.folder
         if (root / "source.json").exists():

@@ -230,8 +230,9 @@ def write_docs(result: dict, docs: Path) -> None:
         f"prepared pair {result['load_s']:.1f} s.",
         "- Mismatches between speculative and plain greedy: "
         + (", ".join(s["mismatches"]) or "none")
-        + ". In bf16 on CPU a pass of k tokens rounds differently from a one-token pass; a "
-        "mismatch starts where the target's two best logits are (nearly) tied.",
+        + ". Row-wise attention and padded one-token passes make a position's logits "
+        "independent of the pass width, bf16 included (`codespec/engine/attention.py`): any "
+        "mismatch is a bug; the gap shown is the target's top-2 logit gap where it starts.",
         "",
         *images,
         "",
