@@ -9,9 +9,8 @@ without them (stop only at end-of-text or the token limit).
 
     .venv/bin/python benchmarks/syntax.py [--per-language 6] [--json bench-out/syntax.json]
 
-Sources searched (languages without any are reported as such): the Python standard library,
-JavaScript in npm's own node_modules, C/C++ test sources shipped with Python, shell scripts,
-Go/Rust/Lua/Java/TypeScript files under the folders given with --extra-dir.
+Sources: the corpus of `codespec bench` (the Python standard library, plus the npm and Debian
+packages `codespec bench --fetch` downloads); languages without any are reported as such.
 """
 
 from __future__ import annotations
@@ -20,42 +19,21 @@ import argparse
 import json
 import random
 import statistics
-import sysconfig
 from pathlib import Path
 
+from codespec.bench import corpus
 from codespec.completion import CompletionOptions, complete
 from codespec.languages import LANGUAGES, has_syntax_error
 from codespec.runtime import load_pair
 from codespec.stops import Cursor, Mode
 
 ROOT = Path(__file__).resolve().parent.parent
-SEARCH = [
-    Path(sysconfig.get_paths()["stdlib"]),
-    Path("/usr/lib/node_modules/npm"),
-    Path(sysconfig.get_paths()["stdlib"]).parent,  # other Pythons' tests: C and C++ sources
-    Path("/usr/share/doc"),
-    Path("/usr/bin"),
-    Path("/usr/share/go-1.19/src"),
-    Path("/usr/share/lua"),
-]
 
 
-def find_sources(language: str, dirs: list[Path], limit: int = 400) -> list[Path]:
-    lang = LANGUAGES[language]
-    found: list[Path] = []
-    for d in dirs:
-        if not d.is_dir():
-            continue
-        for path in sorted(d.rglob("*")):
-            if len(found) >= limit:
-                return found
-            if (
-                path.suffix in lang.extensions
-                and path.is_file()
-                and 2000 < path.stat().st_size < 60000
-            ):
-                found.append(path)
-    return found
+def find_sources(language: str, corpus_dir: Path) -> list[Path]:
+    """Source files of ``language`` in the bench corpus (``codespec bench --fetch``)."""
+    found = corpus.packages(corpus_dir, {language})
+    return [f for package in found for f in corpus.source_files(package)]
 
 
 def cut_hole(text: str, language, rng: random.Random) -> tuple[str, str] | None:
@@ -81,28 +59,23 @@ def main() -> None:
     ap.add_argument("--per-language", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--extra-dir", action="append", default=[])
+    ap.add_argument("--corpus-dir", default=str(corpus.default_corpus_dir()))
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "syntax.json"))
     args = ap.parse_args()
-    dirs = SEARCH + [Path(d) for d in args.extra_dir]
     pair = load_pair(progress=lambda m: print(m, flush=True))
     rng = random.Random(args.seed)
     report: dict = {"by_language": {}, "missing": []}
     for name, language in LANGUAGES.items():
-        files = find_sources(name, dirs)
-        files = [
-            f for f in files if has_syntax_error(language, f.read_text(errors="replace")) is False
-        ]
-        if not files:
-            report["missing"].append(name)
-            print(f"{name:16} no parseable source files found", flush=True)
-            continue
+        files = find_sources(name, Path(args.corpus_dir))
         rng.shuffle(files)
         rows = []
         for path in files:
             if len(rows) >= args.per_language:
                 break
-            hole = cut_hole(path.read_text(errors="replace"), language, rng)
+            text = path.read_text(errors="replace")
+            if has_syntax_error(language, text) is not False:
+                continue  # only files that parse: a completion's parse result is then its own
+            hole = cut_hole(text, language, rng)
             if hole is None:
                 continue
             cursor = Cursor(*hole, language)
@@ -146,6 +119,10 @@ def main() -> None:
                 f"{f['passes']:3} passes parse={f['parse_ok']}",
                 flush=True,
             )
+        if not rows:
+            report["missing"].append(name)
+            print(f"{name:16} no parseable source files found", flush=True)
+            continue
         ran = [r for r in rows if r["rules"]["mode"] != "none"]
         report["by_language"][name] = {
             "holes": len(rows),
