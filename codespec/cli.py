@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--docs", default="docs/benchmarks.md", help="the docs file to regenerate")
     b.add_argument("--docs-from", default=None, metavar="FILE", help="docs from a saved JSON")
     b.add_argument("--fetch", action="store_true", help="download the npm/Debian sources first")
+    b.add_argument(
+        "--holes-from", default=None, metavar="FILE", help="rerun the holes of a saved JSON"
+    )
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
     b.add_argument("--peer-holes", type=int, default=None, help="run the peer on the first N")

@@ -154,6 +154,20 @@ def test_sampling_is_deterministic_and_independent_of_other_languages(corpus_dir
     assert all(h["package"].startswith("stdlib:python@") and "prefix" not in h for h in a)
 
 
+def test_a_recorded_corpus_is_cut_again_exactly(corpus_dir):
+    packages = corpus.packages(corpus_dir)
+    holes = corpus.sample_holes(packages, "lua", "block", 1, seed=4)
+    holes += corpus.sample_holes(packages, "python", "function", 2, seed=4)
+    described = json.loads(json.dumps([h.describe() for h in holes]))  # as the JSON keeps it
+    assert corpus.recut(packages, described) == holes
+    described[1]["file_sha256"] = "0" * 64
+    with pytest.raises(ValueError, match="differs from the record"):
+        corpus.recut(packages, described)
+    described[1]["package"] = "npm:left-pad@0.0.1"
+    with pytest.raises(ValueError, match="not in the corpus"):
+        corpus.recut(packages, described)
+
+
 @pytest.mark.parametrize("language", ["lua", "javascript"])
 def test_function_bodies_leave_the_closing_line_in_the_suffix(language, corpus_dir):
     packages = corpus.packages(corpus_dir, {language})
@@ -274,6 +288,13 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
     assert "| **overall** |" in text
     assert (tmp_path / "img" / "bench-speedup.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-acceptance.png").stat().st_size > 1000
+
+    # the same holes again from the recorded corpus description
+    again = tmp_path / "again.json"
+    rerun = [*cmd, "--holes-from", str(out), "--max-tokens", "4", "--json", str(again)]
+    done = subprocess.run(rerun, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(again.read_text())["corpus"]["holes"] == result["corpus"]["holes"]
 
     # the docs can be regenerated from the saved JSON alone
     docs.write_text("# Benchmarks\n")

@@ -249,6 +249,24 @@ def sample_holes(
     return holes
 
 
+def recut(packages_: list[Package], described: list[dict]) -> list[Hole]:
+    """The holes of a recorded run (``corpus.holes`` of its JSON), cut again from the same
+    files; raises ValueError when a package or file is missing or its content changed."""
+    by_label = {p.label: p for p in packages_}
+    holes = []
+    for d in described:
+        package = by_label.get(d["package"])
+        if package is None:
+            raise ValueError(f"{d['package']} is not in the corpus (codespec bench --fetch)")
+        path = package.root / d["file"]
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != d["file_sha256"]:
+            raise ValueError(f"{d['package']} {d['file']} is missing or differs from the record")
+        span = (d["start"], d["end"])
+        holes.append(make_hole(text, span, d["language"], d["kind"], package, path))
+    return holes
+
+
 def make_hole(
     text: str, span: tuple[int, int], language: str, kind: str, package: Package, path: Path
 ) -> Hole:

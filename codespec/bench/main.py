@@ -58,6 +58,21 @@ def cut_corpus(
     return holes, present, missing
 
 
+def holes_from(
+    recorded: Path, corpus_dir: Path
+) -> tuple[list[corpus.Hole], list[corpus.Package], list[str]]:
+    """The holes of an earlier run's JSON, cut again from the same files."""
+    try:
+        described = json.loads(recorded.read_text())["corpus"]["holes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"{recorded}: not a codespec bench JSON ({exc})") from None
+    present = corpus.packages(corpus_dir)
+    try:
+        return corpus.recut(present, described), present, []
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+
+
 def run(args: argparse.Namespace, log=print) -> dict:
     """The whole benchmark; returns the report written to ``--json``."""
     from ..runtime import load_pair
@@ -70,7 +85,12 @@ def run(args: argparse.Namespace, log=print) -> dict:
     corpus_dir = Path(args.corpus_dir) if args.corpus_dir else corpus.default_corpus_dir()
     if args.fetch:
         corpus.fetch(corpus_dir, log=log)
-    holes, present, missing = cut_corpus(corpus_dir, languages, kinds, per_kind, args.seed)
+    if args.holes_from:
+        holes, present, missing = holes_from(Path(args.holes_from), corpus_dir)
+        languages = sorted({h.language for h in holes})
+        kinds = [k for k in corpus.KINDS if any(h.kind == k for h in holes)]
+    else:
+        holes, present, missing = cut_corpus(corpus_dir, languages, kinds, per_kind, args.seed)
     for line in missing:
         log(f"skipped {line}")
     if not holes:
