@@ -243,7 +243,8 @@ def write_docs(result: dict, docs: Path) -> None:
         f"accepted tokens: n-gram {s['proposed']['ngram']} / {s['accepted']['ngram']}, draft "
         f"{s['proposed']['draft']} / {s['accepted']['draft']}; passes with the draft running: "
         f"{s['draft_passes']}; policy decisions {s['draft_decisions']}.",
-        f"- Target pass cost by width (s): {widths}; draft step / one-token pass: "
+        f"- Target pass cost by width, the policy's running averages at the end (s; noisy on a "
+        f"shared machine): {widths}; draft step / one-token pass: "
         f"{_fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
         f"- Memory: peak RSS {result['memory']['peak']['rss_mb']:.0f} MB "
         f"({result['memory']['after_load']['rss_mb']:.0f} MB after loading); loading the "
