@@ -1,7 +1,8 @@
 """The benchmark corpus: fill-in-the-middle holes cut from source packages nobody here wrote.
 
-Sources are the running Python's standard library plus pinned npm packages and Debian packages
-fetched into a corpus folder (``codespec bench --fetch``). Holes are cut deterministically from
+Sources are the running Python's standard library and two installed pure-Python dependencies,
+plus pinned npm packages and Debian packages fetched into a corpus folder (``codespec bench
+--fetch``). Holes are cut deterministically from
 a seed, one per file, in four kinds:
 
 * ``line``      the rest of a code line, from a token boundary inside it;
@@ -16,6 +17,7 @@ A hole is ``text[start:end]`` of one file: the prompt is built from ``text[:star
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import platform
 import random
@@ -27,6 +29,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from ..languages import LANGUAGES, Language, has_syntax_error
@@ -40,7 +43,7 @@ MIN_FILE_BYTES, MAX_FILE_BYTES = 1500, 120_000
 class SourceSpec:
     """One package of sources for one language."""
 
-    origin: str  # stdlib | npm | debian
+    origin: str  # stdlib | site-packages | npm | debian
     name: str  # npm spec with its pinned version, or a Debian package name
     language: str
     under: str = ""  # only files below this folder of the package
@@ -54,6 +57,9 @@ class SourceSpec:
 
 SOURCES: tuple[SourceSpec, ...] = (
     SourceSpec("stdlib", "python", "python"),
+    # installed with codespec itself, so present wherever it runs
+    SourceSpec("site-packages", "pygls", "python", "pygls"),
+    SourceSpec("site-packages", "tqdm", "python", "tqdm"),
     SourceSpec("npm", "express@4.21.2", "javascript", "package/lib"),
     SourceSpec("npm", "axios@1.7.9", "javascript", "package/lib"),
     SourceSpec("npm", "commander@12.1.0", "javascript", "package/lib"),
@@ -130,7 +136,7 @@ def fetch(corpus_dir: Path, log=print) -> None:
     corpus_dir.mkdir(parents=True, exist_ok=True)
     done: set[tuple[str, str]] = set()
     for spec in SOURCES:
-        if spec.origin == "stdlib" or (spec.origin, spec.name) in done:
+        if spec.origin in ("stdlib", "site-packages") or (spec.origin, spec.name) in done:
             continue
         done.add((spec.origin, spec.name))
         target = corpus_dir / spec.origin / spec.folder
@@ -196,6 +202,13 @@ def packages(corpus_dir: Path, languages: set[str] | None = None) -> list[Packag
             root = Path(sysconfig.get_paths()["stdlib"])
             found.append(Package(spec, platform.python_version(), root))
             continue
+        if spec.origin == "site-packages":
+            try:
+                dist = importlib.metadata.distribution(spec.name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            found.append(Package(spec, dist.version, Path(str(dist.locate_file("")))))
+            continue
         root = corpus_dir / spec.origin / spec.folder
         if (root / "source.json").exists():
             version = json.loads((root / "source.json").read_text())["version"]
@@ -225,14 +238,14 @@ def source_files(package: Package) -> list[Path]:
 def sample_holes(
     packages_: list[Package], language: str, kind: str, count: int, seed: int
 ) -> list[Hole]:
-    """``count`` holes of ``kind`` in ``language``, one per file, from files that parse.
+    """``count`` holes of ``kind`` in ``language``, one per file, from files that parse, the
+    packages taking turns.
 
     The random stream depends only on (seed, language, kind), so adding a language or a kind
     does not move the holes of the others."""
     rng = random.Random(f"{seed}/{language}/{kind}")
     lang = LANGUAGES[language]
-    pool = [(p, f) for p in packages_ if p.spec.language == language for f in source_files(p)]
-    rng.shuffle(pool)
+    pool = spread([p for p in packages_ if p.spec.language == language], rng)
     holes: list[Hole] = []
     for package, path in pool:
         if len(holes) >= count:
@@ -265,6 +278,18 @@ def recut(packages_: list[Package], described: list[dict]) -> list[Hole]:
         span = (d["start"], d["end"])
         holes.append(make_hole(text, span, d["language"], d["kind"], package, path))
     return holes
+
+
+def spread(packages_: list[Package], rng: random.Random) -> list[tuple[Package, Path]]:
+    """Every file of the packages in a random order that takes turns between packages, so a
+    small package is sampled as often as a large one."""
+    queues = []
+    for package in packages_:
+        files = source_files(package)
+        rng.shuffle(files)
+        queues.append([(package, f) for f in files])
+    rng.shuffle(queues)
+    return [item for turn in zip_longest(*queues) for item in turn if item is not None]
 
 
 def make_hole(
