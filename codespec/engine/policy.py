@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+WIDTH_PROBE_GAP = 64  # passes between re-measurements of the next wider bucket
 
 
 def chain_expected(a_first: float, n_first: int, a_then: float, n_then: int) -> float:
@@ -98,12 +99,19 @@ class SpeculationPolicy:
         self.passes_since_probe = 0
         self.probe_gap = 16
         self.probe_max_lag = 32
-        self.decisions = {"draft_on": 0, "draft_off": 0, "probes": 0}
+        self.budget_bucket = 1  # the widest bucket the last budget allowed without a probe
+        self.passes_since_width_probe = 0
+        self.decisions = {"draft_on": 0, "draft_off": 0, "probes": 0, "width_probes": 0}
 
     # -- measurements ---------------------------------------------------------------------------
 
     def observe_pass(self, width: int, seconds: float) -> None:
-        self.pass_s[_bucket(width)].add(seconds)
+        bucket = _bucket(width)
+        if bucket > self.budget_bucket:  # a width probe: a fresh measurement, not an average
+            self.pass_s[bucket].value = seconds
+            self.passes_since_width_probe = 0
+        else:
+            self.pass_s[bucket].add(seconds)
 
     def observe_draft(self, step_seconds: list[float], proposed: int, accepted: int) -> None:
         for s in step_seconds:
@@ -131,7 +139,10 @@ class SpeculationPolicy:
         return v * (1.05**doublings)
 
     def width_budget(self) -> int:
-        """Largest bucket whose pass costs at most ``width_slack`` x a one-token pass."""
+        """Nodes for the next pass: the largest bucket whose pass costs at most ``width_slack``
+        x a one-token pass. Every ``WIDTH_PROBE_GAP`` passes the next wider bucket is allowed
+        once, so a cost measured in a slow moment (another process on the cores) is measured
+        again instead of ruling that width out for good."""
         t1 = self.verify_cost(1)
         best = 1
         for b in WIDTH_BUCKETS:
@@ -139,6 +150,12 @@ class SpeculationPolicy:
                 break
             if self.verify_cost(b) <= self.width_slack * t1:
                 best = b
+        self.budget_bucket = best
+        self.passes_since_width_probe += 1
+        wider = [b for b in WIDTH_BUCKETS if b > best and b - 1 <= self.max_nodes_limit]
+        if wider and self.passes_since_width_probe >= WIDTH_PROBE_GAP:
+            best = wider[0]  # stays allowed until a pass of that width has been measured
+            self.decisions["width_probes"] += self.passes_since_width_probe == WIDTH_PROBE_GAP
         return max(1, min(best - 1, self.max_nodes_limit))
 
     def _draft_pays(self, ngram_tokens: int) -> bool:
