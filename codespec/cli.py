@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--languages", default=None, help="comma-separated (default: all)")
     b.add_argument("--kinds", default=None, help="comma-separated of line,block,function,copy")
     b.add_argument("--per-kind", type=int, default=2, help="holes per language and kind")
-    b.add_argument("--max-tokens", type=int, default=48)
-    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--max-tokens", type=int, default=48, help="new tokens per completion at most")
+    b.add_argument("--seed", type=int, default=1, help="the holes are sampled from this seed")
     b.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
     b.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
     b.add_argument("--write-docs", action="store_true", help="regenerate the docs section")
@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
-    b.add_argument("--peer-holes", type=int, default=None, help="run the peer on the first N")
+    b.add_argument(
+        "--peer-holes", type=int, default=None, help="run the peer on N holes, spread out"
+    )
     _add_model_options(b)
     return parser
 
