@@ -158,7 +158,8 @@ class Engine:
         Runs on a short dummy context (about four target steps); both caches are cleared after.
         """
         ids = [(7 * i) % 1000 + 100 for i in range(context_len)]
-        self.policy.observe_pass(1, _one_step_seconds(self.target, ids))
+        # the target's one-token passes are padded to two rows, as ``_verify`` runs them
+        self.policy.observe_pass(1, _one_step_seconds(self.target, ids, rows=2))
         if self.drafter:
             self.policy.draft_step_s.add(_one_step_seconds(self.drafter.model, ids))
 
@@ -272,9 +273,9 @@ class Engine:
         differently from wider ones, so without it plain decoding (one token per pass) would
         not be bit-identical to verification in bf16 (see ``attention.py``).
         """
-        tokens = [pending] + tree.tokens
         if not tree.tokens:
             return self.target.forward([pending, pending])[:1]
+        tokens = [pending] + tree.tokens
         if tree.is_chain():  # a chain is plain causal attention: no mask needed
             return self.target.forward(tokens)
         mask, depths = tree.attention()
@@ -305,11 +306,12 @@ class Engine:
             self.policy.observe_draft(draft_s, proposed, taken)
 
 
-def _one_step_seconds(model: CachedModel, ids: list[int]) -> float:
-    """Seconds for a one-token pass after ``ids`` (second try: the first pays set-up costs)."""
+def _one_step_seconds(model: CachedModel, ids: list[int], rows: int = 1) -> float:
+    """Seconds for a one-token pass of ``rows`` rows after ``ids`` (second try: the first pays
+    set-up costs)."""
     model.prefill(ids)
     for _ in range(2):
-        _, seconds = timed(model.forward, [ids[0]], all_logits=False)
+        _, seconds = timed(model.forward, [ids[0]] * rows, all_logits=False)
         model.crop(len(ids))
     model.reset()
     return seconds
