@@ -360,3 +360,20 @@ def test_peer_summary_compares_the_same_holes():
     assert s["llama.cpp plain matches codespec plain"] == 1
     text = "\n".join(peer_lines({"model": "m.gguf", "summary": s}))
     assert "| llama.cpp plain | 26.7 |" in text and "1 of 2 holes" in text
+
+
+def test_peer_prompt_is_the_prompt_complete_builds(tiny_manifest, corpus_dir):
+    """The peer gets our prompt by tokenizing alone; it must be the one `complete` prefills."""
+    from codespec.bench.runner import BenchSettings, cursor_of, options_for, prompt_ids
+    from codespec.completion import complete
+    from codespec.runtime import load_pair
+
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
+    settings = BenchSettings(max_tokens=2)
+    packages = corpus.packages(corpus_dir, {"python", "lua"})
+    holes = corpus.sample_holes(packages, "python", "line", 1, seed=1)
+    holes += corpus.sample_holes(packages, "lua", "function", 1, seed=1)
+    for hole in holes:
+        options = options_for(hole, settings)
+        result = complete(pair, cursor_of(hole), options, path=Path(hole.file).name)
+        assert prompt_ids(pair, hole, settings) == result.anchor.ids

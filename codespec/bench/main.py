@@ -75,6 +75,8 @@ def holes_from(
 
 def run(args: argparse.Namespace, log=print) -> dict:
     """The whole benchmark; returns the report written to ``--json``."""
+    import torch
+
     from ..runtime import load_pair
 
     languages, kinds, per_kind, max_tokens = choose(args)
@@ -115,8 +117,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
             device=pair.device,
             dtype=pair.dtype,
             python=platform.python_version(),
-            torch=__import__("torch").__version__,
-            threads=__import__("torch").get_num_threads(),
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
         ),
         model=pair.model_label,
         load_s=load_s,
@@ -239,13 +241,13 @@ def write_docs(result: dict, docs: Path) -> None:
         "the prompt cached.",
         "- exact-match / edit-sim (normalized Levenshtein similarity) compare the completion with "
         "the removed text; parses: the file parses after inserting the completion.",
-        f"- Overall: speedup median {_fmt(s.get('speedup_median'), '{:.2f}x')}; proposed / "
+        f"- Overall: speedup median {report.fmt(s.get('speedup_median'), '{:.2f}x')}; proposed / "
         f"accepted tokens: n-gram {s['proposed']['ngram']} / {s['accepted']['ngram']}, draft "
         f"{s['proposed']['draft']} / {s['accepted']['draft']}; passes with the draft running: "
         f"{s['draft_passes']}; policy decisions {s['draft_decisions']}.",
         f"- Target pass cost by width, the policy's running averages at the end (s; noisy on a "
         f"shared machine): {widths}; draft step / one-token pass: "
-        f"{_fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
+        f"{report.fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
         f"- Memory: peak RSS {result['memory']['peak']['rss_mb']:.0f} MB "
         f"({result['memory']['after_load']['rss_mb']:.0f} MB after loading); loading the "
         f"prepared pair {result['load_s']:.1f} s.",
@@ -270,10 +272,6 @@ def write_docs(result: dict, docs: Path) -> None:
         "<!-- bench:end -->",
     ]
     replace_section(docs, "bench", "\n".join(lines))
-
-
-def _fmt(value, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
 
 
 def replace_section(path: Path, name: str, text: str) -> None:

@@ -13,13 +13,12 @@ import os
 import statistics
 import time
 
-from ..languages import LANGUAGES
 from ..models import ModelError, gguf_file
 from ..runtime import LoadedPair
-from ..stops import Cursor, StopChecker, TextStopRule
+from ..stops import StopChecker, TextStopRule
 from .corpus import Hole
-from .report import rate
-from .runner import BenchSettings, options_for, typed_at_cursor
+from .report import fmt, rate
+from .runner import BenchSettings, cursor_of, options_for, prompt_ids, typed_at_cursor
 
 ENGINES = ("llama.cpp plain", "llama.cpp prompt lookup", "codespec plain", "codespec speculative")
 
@@ -52,9 +51,8 @@ def load_llama(model_path: str, prompt_lookup: bool):
 
 def generate(llm, pair: LoadedPair, hole: Hole, prompt: list[int], max_tokens: int) -> dict:
     """Greedy tokens for ``prompt`` until a stop; times from the call to each token."""
-    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
     mode = options_for(hole, BenchSettings()).mode
-    rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode))
+    rule = TextStopRule(pair.tokenizer, StopChecker(cursor_of(hole), mode))
     tokens: list[int] = []
     t0 = time.perf_counter()
     ttft = None
@@ -87,7 +85,7 @@ def run_peer(
     pairs = list(zip(holes, rows, strict=True))
     step = max(1, len(pairs) // limit) if limit else 1
     for hole, row in pairs[::step][:limit]:  # spread over languages and kinds
-        prompt = prompt_of(pair, hole, settings)
+        prompt = prompt_ids(pair, hole, settings)
         record: dict = {"file": row["hole"]["file"], "language": hole.language, "kind": hole.kind}
         for name, llm in variants.items():
             cold = generate(llm, pair, hole, prompt, 1)  # new place: full prefill
@@ -113,14 +111,6 @@ def run_peer(
             f"lookup-exact={record['lookup_matches_its_greedy']}"
         )
     return dict(model=os.path.basename(path), holes=records, summary=summarize(records, ours))
-
-
-def prompt_of(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
-    from ..completion import complete
-
-    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
-    options = options_for(hole, settings, max_tokens=1, line_max_tokens=1)
-    return complete(pair, cursor, options, path=os.path.basename(hole.file)).anchor.ids
 
 
 def summarize(records: list[dict], ours: list[dict]) -> dict:
@@ -166,10 +156,9 @@ def peer_lines(peer: dict) -> list[str]:
     ]
     for name in ENGINES:
         r = s[name]
-        lines.append(
-            f"| {name} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['total_ms_p50'], '{:.0f} ms')} | "
-            f"{_f(r['ttft_ms_p50'], '{:.0f} ms')} | {_f(r.get('cold_ttft_ms_p50'), '{:.0f} ms')} |"
-        )
+        times = ("total_ms_p50", "ttft_ms_p50", "cold_ttft_ms_p50")
+        ms = [fmt(r.get(k), "{:.0f} ms") for k in times]
+        lines.append(f"| {name} | {fmt(r['tok_s'], '{:.1f}')} | " + " | ".join(ms) + " |")
     lines += [
         "",
         f"- llama.cpp greedy output identical to codespec's: "
@@ -179,7 +168,3 @@ def peer_lines(peer: dict) -> list[str]:
         f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
     ]
     return lines
-
-
-def _f(value, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)

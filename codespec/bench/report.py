@@ -119,8 +119,9 @@ COLUMNS = (
 )
 
 
-def _cell(value, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
+def fmt(value, pattern: str) -> str:
+    """``pattern`` applied to ``value``, or "-" for a figure that was not measured."""
+    return "-" if value is None else pattern.format(value)
 
 
 def table(summary: dict) -> str:
@@ -129,8 +130,8 @@ def table(summary: dict) -> str:
     body = []
     for section in ("by_language", "by_kind"):
         for name, figures in summary[section].items():
-            body.append([name] + [_cell(figures.get(k), f) for k, _, f in COLUMNS])
-    body.append(["overall"] + [_cell(summary["overall"].get(k), f) for k, _, f in COLUMNS])
+            body.append([name] + [fmt(figures.get(k), f) for k, _, f in COLUMNS])
+    body.append(["overall"] + [fmt(summary["overall"].get(k), f) for k, _, f in COLUMNS])
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
 
     def line(row: list[str]) -> str:
@@ -146,9 +147,9 @@ def markdown_table(summary: dict) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for section in ("by_language", "by_kind"):
         for name, figures in summary[section].items():
-            cells = [_cell(figures.get(k), f) for k, _, f in COLUMNS]
+            cells = [fmt(figures.get(k), f) for k, _, f in COLUMNS]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    cells = [_cell(summary["overall"].get(k), f) for k, _, f in COLUMNS]
+    cells = [fmt(summary["overall"].get(k), f) for k, _, f in COLUMNS]
     lines.append("| **overall** | " + " | ".join(cells) + " |")
     return lines
 

@@ -21,6 +21,7 @@ from rapidfuzz.distance import Levenshtein
 
 from ..completion import CompletionOptions, CompletionResult, complete
 from ..languages import LANGUAGES, has_syntax_error
+from ..prompt import FimRequest, build_fim_prompt
 from ..runtime import LoadedPair
 from ..stops import Cursor, Mode
 from .corpus import Hole, check_no_leak
@@ -45,8 +46,27 @@ def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOpt
     return replace(options, **changes)
 
 
+def cursor_of(hole: Hole, typed: str = "") -> Cursor:
+    """The document split at the hole, with ``typed`` already typed at the cursor."""
+    return Cursor(hole.prefix + typed, hole.suffix, LANGUAGES[hole.language])
+
+
+def prompt_ids(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
+    """The FIM prompt ``complete`` builds for the hole, by tokenizing alone (no model pass)."""
+    options = options_for(hole, settings)
+    request = FimRequest(hole.prefix, hole.suffix, path=PurePath(hole.file).name)
+    return build_fim_prompt(
+        pair.tokenizer,
+        pair.manifest.tokens,
+        request,
+        options.prefix_tokens,
+        options.suffix_tokens,
+        options.extra_tokens,
+    )
+
+
 def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: bool) -> dict:
-    cursor = Cursor(hole.prefix, hole.suffix, LANGUAGES[hole.language])
+    cursor = cursor_of(hole)
     path = PurePath(hole.file).name
 
     def run(**changes) -> CompletionResult:
@@ -65,7 +85,7 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
 
     warm = complete(
         pair,
-        Cursor(hole.prefix + typed_at_cursor(hole), hole.suffix, cursor.language),
+        cursor_of(hole, typed_at_cursor(hole)),
         options_for(hole, settings, max_tokens=1, line_max_tokens=1),
         path=path,
         anchor=spec.anchor,
