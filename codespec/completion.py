@@ -69,14 +69,7 @@ def complete(
     prompt = extend_anchor(pair.tokenizer, anchor, cursor.prefix, cursor.suffix)
     if prompt is None:
         request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
-        prompt = build_fim_prompt(
-            pair.tokenizer,
-            pair.manifest.tokens,
-            request,
-            options.prefix_tokens,
-            options.suffix_tokens,
-            options.extra_tokens,
-        )
+        prompt = fim_prompt(pair, request, options)
         anchor = Anchor(cursor.prefix, cursor.suffix, prompt)
     rule = None
     if options.stop_rules:
@@ -105,6 +98,18 @@ def complete(
         text = pair.tokenizer.decode(generation.tokens)
     return CompletionResult(
         text, mode, generation.stats, len(prompt), anchor, list(generation.tokens)
+    )
+
+
+def fim_prompt(pair: LoadedPair, request: FimRequest, options: CompletionOptions) -> list[int]:
+    """The token ids of a fresh FIM prompt for ``request`` within the options' budgets."""
+    return build_fim_prompt(
+        pair.tokenizer,
+        pair.manifest.tokens,
+        request,
+        options.prefix_tokens,
+        options.suffix_tokens,
+        options.extra_tokens,
     )
 
 

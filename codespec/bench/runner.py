@@ -19,9 +19,9 @@ from pathlib import PurePath
 import torch
 from rapidfuzz.distance import Levenshtein
 
-from ..completion import CompletionOptions, CompletionResult, complete
+from ..completion import CompletionOptions, CompletionResult, complete, fim_prompt
 from ..languages import LANGUAGES, has_syntax_error
-from ..prompt import FimRequest, build_fim_prompt
+from ..prompt import FimRequest
 from ..runtime import LoadedPair
 from ..stops import Cursor, Mode
 from .corpus import Hole, check_no_leak
@@ -53,16 +53,8 @@ def cursor_of(hole: Hole, typed: str = "") -> Cursor:
 
 def prompt_ids(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
     """The FIM prompt ``complete`` builds for the hole, by tokenizing alone (no model pass)."""
-    options = options_for(hole, settings)
     request = FimRequest(hole.prefix, hole.suffix, path=PurePath(hole.file).name)
-    return build_fim_prompt(
-        pair.tokenizer,
-        pair.manifest.tokens,
-        request,
-        options.prefix_tokens,
-        options.suffix_tokens,
-        options.extra_tokens,
-    )
+    return fim_prompt(pair, request, options_for(hole, settings))
 
 
 def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: bool) -> dict:
