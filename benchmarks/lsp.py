@@ -1,13 +1,16 @@
-"""Daemon latency benchmark: keystroke -> first streamed text, whole single-line completion, and
-the relay overhead of ``codespec lsp``, with the embedded pair on this machine.
+"""Daemon latency benchmark: a new place (cold, and after the document rested), keystroke ->
+first streamed text, whole single-line completion, and the relay overhead of ``codespec lsp``,
+with the embedded pair on this machine.
 
 A daemon is started on a private socket. For each cursor (line ends inside functions of a
-standard-library file) one request warms the prompt, then the true text is typed character by
-character, each keystroke a ``didChange`` followed by an inline completion request, as an editor
-sends them. Relay overhead: the same small request sent straight to the socket and through a
-``codespec lsp`` process, alternately, many times.
+standard-library file) the rest of the line is deleted (an incremental ``didChange``, as an
+editor sends it) and a request is made at once (a truly cold place: no idle time), or, for
+every other cursor, after ``--idle-s`` seconds without input (the daemon warms the prompt of the
+place where the edit ended meanwhile). Then the true text is typed character by character, each
+keystroke a ``didChange`` followed by an inline completion request. Relay overhead: the same
+small request sent straight to the socket and through a ``codespec lsp`` process, alternately.
 
-    .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4]
+    .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4] [--idle-s 3]
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def main() -> None:
     ap.add_argument("--keystrokes", type=int, default=4)
     ap.add_argument("--relay-messages", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--idle-s", type=float, default=3.0, help="rest before a warmed request")
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "lsp.json"))
     args = ap.parse_args()
 
@@ -128,19 +132,30 @@ def main() -> None:
             if line.startswith("        ") and len(line.strip()) > 15 and 40 < i < len(lines) - 40
         ]
         version, msg = 1, 0
-        first_ms, final_ms, cold_ms, typed_through_ms = [], [], [], []
-        for line_no in rng.sample(spots, args.cursors):
+        first_ms, final_ms, typed_through_ms = [], [], []
+        new_place = {"cold": [], "idle": []}  # (first text, whole completion) seconds
+        for i, line_no in enumerate(rng.sample(spots, args.cursors)):
             line = lines[line_no]
             indent = len(line) - len(line.lstrip())
             truth = line[indent:]
             # Cut the rest of this line: the cursor sits after the indentation.
-            lines_now = lines[:line_no] + [line[:indent]] + lines[line_no + 1 :]
             version += 1
-            did_change(client, uri, version, {"text": "\n".join(lines_now)})
+            cut = {
+                "range": {
+                    "start": {"line": line_no, "character": indent},
+                    "end": {"line": line_no, "character": len(line)},
+                },
+                "text": "",
+            }
+            did_change(client, uri, version, cut)
+            kind = "idle" if i % 2 else "cold"
+            if kind == "idle":
+                time.sleep(args.idle_s)  # the user pauses: the daemon warms this place
             col = indent
             msg += 1
-            _, cold, _ = timed_request(client, msg, uri, line_no, col)
-            cold_ms.append(1000 * cold)
+            first, whole, _ = timed_request(client, msg, uri, line_no, col)
+            new_place[kind].append((first if first is not None else whole, whole))
+            print(f"line {line_no + 1:4} new place ({kind}): first {first} s, whole {whole} s")
             for ch in truth[: args.keystrokes]:
                 version += 1
                 at = {"line": line_no, "character": col}
@@ -162,7 +177,8 @@ def main() -> None:
                     f" ms  {completion[:40]!r}",
                     flush=True,
                 )
-            lines = text.split("\n")  # restore the original for the next cursor
+            version += 1  # restore the original text for the next cursor
+            did_change(client, uri, version, {"text": text})
         relay = relay_overhead(socket_path, args.relay_messages)
     finally:
         daemon.terminate()
@@ -176,7 +192,13 @@ def main() -> None:
         "model_requests": len(final_ms),
         "typed_through_answers": len(typed_through_ms),
         "typed_through_ms_p50": statistics.median(typed_through_ms) if typed_through_ms else None,
-        "cold_request_ms_p50": statistics.median(cold_ms),
+        **{
+            f"new_place_{kind}_{what}_ms_p50": 1000 * statistics.median(t[j] for t in times)
+            for kind, times in new_place.items()
+            if times
+            for j, what in enumerate(("first_text", "whole"))
+        },
+        "new_place_idle_s": args.idle_s,
         "keystrokes": len(final_ms) + len(typed_through_ms),
         **relay,
     }

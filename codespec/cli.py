@@ -35,6 +35,13 @@ def parse_location(spec: str) -> tuple[Path, int, int]:
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help="model pair name or manifest path")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
+    p.add_argument(
+        "--quantize",
+        choices=["auto", "off", "int4", "int8"],
+        default=None,
+        help="CPU weights: auto (the pair's choice: int4/int8 for GGUF pairs, kernels measured "
+        "on this machine), off (dense bf16/fp32), int4, int8",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(c)
 
     p = sub.add_parser("prepare", help="join, verify and convert a pair's weights (once)")
-    p.add_argument("--pair", default=DEFAULT_PAIR)
+    _add_model_options(p)
 
     s = sub.add_parser("serve", help="run the daemon in the foreground")
     s.add_argument("--socket", default=None, help="unix socket path (default: user runtime dir)")
@@ -113,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kinds", default=None, help="comma-separated of line,block,function,copy")
     b.add_argument("--per-kind", type=int, default=2, help="holes per language and kind")
     b.add_argument("--max-tokens", type=int, default=48, help="new tokens per completion at most")
+    b.add_argument(
+        "--prompt-seconds",
+        type=float,
+        default=None,
+        help="size prompt windows to a cold prefill of this long, as the daemon does "
+        "(default: the daemon's 4 s); 0: fixed 1024 / 256 token windows",
+    )
     b.add_argument("--seed", type=int, default=1, help="the holes are sampled from this seed")
     b.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
     b.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
@@ -133,12 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from .models import load_manifest, resolve_source
+    """Prepare the form the chosen device runs (quantized tensors on the CPU by default)."""
+    from .models import choose_device, load_manifest, quantize_mode, resolve_source
+    from .runtime import prepared_form
 
     manifest = load_manifest(args.pair)
+    mode = quantize_mode(manifest, choose_device(args.device), args.quantize)
     for src in (manifest.target, manifest.draft):
         if src is not None:
-            folder = resolve_source(src, manifest.install_hint, progress=_note)
+            form = prepared_form(src, mode)
+            folder = resolve_source(src, manifest.install_hint, progress=_note, form=form)
             print(f"{src.label}: {folder}")
     return 0
 
@@ -171,7 +189,13 @@ def cmd_complete(args: argparse.Namespace) -> int:
     from .runtime import load_pair
     from .stops import Cursor, Mode
 
-    pair = load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=_note)
+    pair = load_pair(
+        args.pair,
+        device=args.device,
+        draft_mode=args.draft,
+        progress=_note,
+        quantize=args.quantize,
+    )
     options = CompletionOptions(
         max_tokens=args.max_tokens,
         line_max_tokens=args.max_tokens,
@@ -260,7 +284,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.max_tokens is not None:
         settings = replace(settings, max_tokens=args.max_tokens)
     daemon = Daemon(
-        lambda: load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=_note),
+        lambda: load_pair(
+            args.pair,
+            device=args.device,
+            draft_mode=args.draft,
+            progress=_note,
+            quantize=args.quantize,
+        ),
         settings,
         pass_delay_s=args.test_pass_delay,
         load_delay_s=args.test_load_delay,

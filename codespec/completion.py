@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .engine import GenerationParams, GenerationStats
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
@@ -42,9 +42,34 @@ class CompletionOptions:
     stop_rules: bool = True
     invoked: bool = False  # an explicit request from the user widens the mode
     mode: Mode | None = None  # force a mode instead of deciding
-    prefix_tokens: int = 1024
+    prefix_tokens: int = 1024  # the most prompt tokens of each part; see ``sized_by_time``
     suffix_tokens: int = 256
     extra_tokens: int = 1024
+    prompt_seconds: float = 0.0  # > 0: shrink the windows to a prefill of about this long
+
+
+MIN_PREFIX_TOKENS = 192  # windows sized by time never shrink below these
+MIN_SUFFIX_TOKENS = 64
+
+
+def sized_by_time(options: CompletionOptions, prefill_rate: float | None) -> CompletionOptions:
+    """Options whose prompt windows a cold prefill fills in about ``prompt_seconds`` on this
+    machine (``prefill_rate`` tokens/s, measured at load): 60 % prefix, 20 % suffix, 20 % other
+    files, each at most its configured size and at least a floor (a prompt below ~250 tokens
+    loses more completions than it saves seconds)."""
+    if options.prompt_seconds <= 0 or not prefill_rate:
+        return options
+    total = prefill_rate * options.prompt_seconds
+
+    def within(share: float, floor: int, cap: int) -> int:
+        return max(min(int(share * total), cap), min(floor, cap))
+
+    return replace(
+        options,
+        prefix_tokens=within(0.6, MIN_PREFIX_TOKENS, options.prefix_tokens),
+        suffix_tokens=within(0.2, MIN_SUFFIX_TOKENS, options.suffix_tokens),
+        extra_tokens=within(0.2, 0, options.extra_tokens),
+    )
 
 
 def complete(
@@ -66,11 +91,7 @@ def complete(
     mode = options.mode or decide_mode(cursor, invoked=options.invoked)
     if mode is Mode.NONE:
         return CompletionResult("", mode, None, anchor=anchor)
-    prompt = extend_anchor(pair.tokenizer, anchor, cursor.prefix, cursor.suffix)
-    if prompt is None:
-        request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
-        prompt = fim_prompt(pair, request, options)
-        anchor = Anchor(cursor.prefix, cursor.suffix, prompt)
+    prompt, anchor = prompt_at(pair, cursor, options, path, extra_files, anchor)
     rule = None
     if options.stop_rules:
         rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode, options.max_lines))
@@ -99,6 +120,24 @@ def complete(
     return CompletionResult(
         text, mode, generation.stats, len(prompt), anchor, list(generation.tokens)
     )
+
+
+def prompt_at(
+    pair: LoadedPair,
+    cursor: Cursor,
+    options: CompletionOptions,
+    path: str = "",
+    extra_files: tuple[tuple[str, str], ...] = (),
+    anchor: Anchor | None = None,
+) -> tuple[list[int], Anchor]:
+    """The prompt for a cursor and the anchor to keep for the next request: the anchored
+    prompt extended by what was typed at it, or a fresh one (windows sized by time)."""
+    prompt = extend_anchor(pair.tokenizer, anchor, cursor.prefix, cursor.suffix)
+    if prompt is not None and anchor is not None:
+        return prompt, anchor
+    request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
+    prompt = fim_prompt(pair, request, sized_by_time(options, pair.engine.prefill_rate))
+    return prompt, Anchor(cursor.prefix, cursor.suffix, prompt)
 
 
 def fim_prompt(pair: LoadedPair, request: FimRequest, options: CompletionOptions) -> list[int]:

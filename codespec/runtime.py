@@ -13,13 +13,18 @@ from typing import Any
 from .engine import CachedModel, Engine, SpeculationPolicy
 from .models import (
     ModelError,
+    ModelSource,
     PairManifest,
     Progress,
+    choose_device,
     choose_device_dtype,
     load_causal_lm,
     load_manifest,
+    load_quantized_lm,
     load_tokenizer,
+    quantize_mode,
     resolve_source,
+    uses_quantized_form,
 )
 
 
@@ -34,6 +39,7 @@ class LoadedPair:
     dtype: str
     load_s: float
     stop_ids: set[int]
+    quantization: str = "off"  # what runs the linear layers, and why (see quant/kernels.py)
 
     @property
     def model_label(self) -> str:
@@ -54,18 +60,36 @@ def load_pair(
     use_draft: bool = True,
     draft_mode: str = "auto",
     progress: Progress = print,
+    quantize: str | None = None,
 ) -> LoadedPair:
-    """Prepare (once) and load a pair, and build its engine."""
+    """Prepare (once) and load a pair, and build its engine.
+
+    ``quantize`` overrides the manifest's ``[quantize]`` choice for the device (see
+    ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
-    target_dir = resolve_source(manifest.target, manifest.install_hint, progress)
-    draft_dir = None
+    device = choose_device(device)
+    mode = quantize_mode(manifest, device, quantize)
+    sources = [manifest.target]
     if use_draft and manifest.draft is not None:
-        draft_dir = resolve_source(manifest.draft, manifest.install_hint, progress)
-    device, dtype = choose_device_dtype(manifest.dtype, device)
+        sources.append(manifest.draft)
+    folders = [
+        resolve_source(src, manifest.install_hint, progress, form=prepared_form(src, mode))
+        for src in sources
+    ]
     t0 = time.perf_counter()
-    tokenizer = load_tokenizer(target_dir)
-    target = load_causal_lm(target_dir, device, dtype)
-    draft = load_causal_lm(draft_dir, device, dtype) if draft_dir else None
+    tokenizer = load_tokenizer(folders[0])
+    models, summaries, dtype = [], [], None
+    for src, folder in zip(sources, folders, strict=True):
+        if uses_quantized_form(src, mode):
+            model, plan = load_quantized_lm(folder, src, mode)
+            summaries.append(f"{src.label}: {plan.summary()}")
+            dtype = dtype or plan.torch_dtype
+        else:
+            device, dense_dtype = choose_device_dtype(manifest.dtype, device)
+            model = load_causal_lm(folder, device, dense_dtype)
+            dtype = dtype or dense_dtype
+        models.append(model)
+    target, draft = models[0], (models[1] if len(models) > 1 else None)
     if draft is not None and draft.config.vocab_size > target.config.vocab_size:
         raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
     load_s = time.perf_counter() - t0
@@ -79,7 +103,10 @@ def load_pair(
         stop_ids=stop_ids,
         policy=policy,
     )
+    del models, target, draft  # the engine holds what it keeps (it may release the draft)
     engine.calibrate()
+    _return_freed_memory()
+    notes = [n for n in ("; ".join(summaries), engine.draft_note) if n]
     return LoadedPair(
         manifest=manifest,
         engine=engine,
@@ -88,4 +115,21 @@ def load_pair(
         dtype=str(dtype).removeprefix("torch."),
         load_s=load_s,
         stop_ids=stop_ids,
+        quantization="; ".join(notes) or "off",
     )
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory freed while loading back to the system (glibc keeps freed heap pages
+    otherwise, and they would count in the daemon's resident size for its whole life)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def prepared_form(src: ModelSource, mode: str) -> str:
+    """The prepared form a source needs: GGUF sources have a quantized form of their own."""
+    return "quantized" if src.source == "pypi-parts" and uses_quantized_form(src, mode) else "bf16"

@@ -55,7 +55,9 @@ def build_tiny_pair(folder: Path) -> Path:
     from codespec.models import load_manifest, resolve_source
 
     default = load_manifest()
-    real = resolve_source(default.target, default.install_hint, progress=lambda m: None)
+    real = resolve_source(  # the CPU's prepared form (the tokenizer files are the same)
+        default.target, default.install_hint, progress=lambda m: None, form="quantized"
+    )
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=151936,

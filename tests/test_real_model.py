@@ -3,11 +3,12 @@
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from codespec.engine import GenerationParams
+from codespec.engine import GenerationParams, SpeculationPolicy
 from codespec.prompt import FimRequest, build_fim_prompt, split_at
 
 pytestmark = pytest.mark.real_model
@@ -53,7 +54,11 @@ COLORS_AGAIN = {
 def pair():
     from codespec.runtime import load_pair
 
-    return load_pair(progress=lambda m: None)
+    # "on" keeps the draft loaded (with "auto" a CPU where it cannot pay releases it at load);
+    # the tests then run the adaptive policy, and the draft test forces it on again.
+    pair = load_pair(draft_mode="on", progress=lambda m: None)
+    pair.engine.policy.draft_mode = "auto"
+    return pair
 
 
 def fim(pair, text: str) -> list[int]:
@@ -76,14 +81,29 @@ def test_speculative_equals_plain_on_real_code(pair):
     assert spec.stats.cached_tokens == len(prompt) - 1  # the second request reused the cache
 
 
+@contextmanager
+def flat_pass_costs(pair):
+    """How wide to verify depends on how fast this machine's wide passes are: pin the policy to
+    equal pass costs, so that what the proposers offer is verified on any CPU."""
+    saved = pair.engine.policy
+    pair.engine.policy = SpeculationPolicy(draft_mode="off")
+    for width in (1, 2, 4, 8, 16, 32):
+        pair.engine.policy.observe_pass(width, 0.1)
+    try:
+        yield
+    finally:
+        pair.engine.policy = saved
+
+
 def test_ngram_is_accepted_on_copy_heavy_code(pair):
-    prompt = fim(pair, COPY_HEAVY)
-    plain = run(pair, prompt, max_tokens=32, speculate=False)
-    spec = run(pair, prompt, max_tokens=32)
+    """What speculation guarantees: the same tokens, n-gram tokens accepted, fewer passes."""
+    with flat_pass_costs(pair):
+        prompt = fim(pair, COPY_HEAVY)
+        plain = run(pair, prompt, max_tokens=32, speculate=False)
+        spec = run(pair, prompt, max_tokens=32)
     assert spec.tokens == plain.tokens
     stats = spec.stats
     assert stats.accepted["ngram"] >= 10, stats
-    assert stats.tokens_per_pass > 2.0, stats
     assert stats.target_passes < plain.stats.target_passes / 2
 
 
@@ -184,6 +204,7 @@ def test_bench_holes_stay_bit_exact_in_bf16(pair, kind, tmp_path):
     stdlib = [p for p in packages(tmp_path, {"python"}) if p.spec.origin == "stdlib"]
     (hole,) = sample_holes(stdlib, "python", kind, 1, seed=1)
     assert hole.file == {"block": "xml/dom/__init__.py", "function": "codeop.py"}[kind]
-    row = run_hole(pair, hole, BenchSettings(max_tokens=32), spec_first=True)
+    with flat_pass_costs(pair):
+        row = run_hole(pair, hole, BenchSettings(max_tokens=32), spec_first=True)
     assert row["exact"], row["divergence_logit_gap"]
     assert row["spec"]["tokens"] > 0 and row["spec"]["passes"] < row["plain"]["passes"]

@@ -7,6 +7,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..languages import LANGUAGES
@@ -21,6 +22,9 @@ class BenchError(Exception):
 
 
 def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
+    seconds = getattr(args, "prompt_seconds", None)
+    if seconds is not None and not 0 <= seconds <= 600:
+        raise BenchError("--prompt-seconds must be between 0 and 600")
     if args.quick:
         return (
             list(QUICK["languages"]),
@@ -38,6 +42,7 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
             raise BenchError(f"unknown hole kind {kind!r} (known: {', '.join(corpus.KINDS)})")
     if args.per_kind < 1 or args.max_tokens < 1:
         raise BenchError("--per-kind and --max-tokens must be at least 1")
+
     return languages, kinds, args.per_kind, args.max_tokens
 
 
@@ -100,10 +105,18 @@ def run(args: argparse.Namespace, log=print) -> dict:
     log(f"{len(holes)} holes in {len({h.language for h in holes})} languages; loading the pair")
 
     t0 = time.perf_counter()
-    pair = load_pair(args.pair, device=args.device, draft_mode=args.draft, progress=log)
+    pair = load_pair(
+        args.pair, device=args.device, draft_mode=args.draft, progress=log, quantize=args.quantize
+    )
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()
+    log(
+        f"{cpu_kind()}: {pair.quantization}; prefill {pair.engine.prefill_rate:.0f} tokens/s; "
+        f"one-row passes exact: {not pair.engine.pad_single_row}"
+    )
     settings = BenchSettings(max_tokens=max_tokens)
+    if args.prompt_seconds is not None:
+        settings = replace(settings, prompt_seconds=args.prompt_seconds)
     rows = []
     for i, hole in enumerate(holes):
         row = run_hole(pair, hole, settings, spec_first=i % 2 == 0)
@@ -113,9 +126,13 @@ def run(args: argparse.Namespace, log=print) -> dict:
     result = dict(
         command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
         machine=dict(
-            cpu=platform.processor() or platform.machine(),
+            cpu=cpu_model(),
+            cpu_kind=cpu_kind(),
             device=pair.device,
             dtype=pair.dtype,
+            quantization=pair.quantization,
+            one_row_exact=not pair.engine.pad_single_row,
+            prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
             torch=torch.__version__,
             threads=torch.get_num_threads(),
@@ -131,6 +148,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
             max_tokens=max_tokens,
             prefix_tokens=settings.prefix_tokens,
             suffix_tokens=settings.suffix_tokens,
+            prompt_seconds=settings.prompt_seconds,
             draft=args.draft,
         ),
         memory=dict(after_load=memory_after_load, peak=peak_memory_mb()),
@@ -150,6 +168,30 @@ def run(args: argparse.Namespace, log=print) -> dict:
 
         result["peer"] = run_peer(pair, holes, rows, settings, log=log, limit=args.peer_holes)
     return result
+
+
+def cpu_model() -> str:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name") and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_kind() -> str:
+    """Which kind of x86 CPU the figures come from: it decides which kernels are fast."""
+    flags = set(_cpuinfo().split())
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        return "AVX-512 with bf16"
+    if "avx512f" in flags:
+        return "AVX-512 (no bf16)"
+    return "AVX2 (no AVX-512)" if "avx2" in flags else platform.machine()
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
 
 
 def progress_line(i: int, n: int, row: dict) -> str:

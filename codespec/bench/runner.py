@@ -19,9 +19,8 @@ from pathlib import PurePath
 import torch
 from rapidfuzz.distance import Levenshtein
 
-from ..completion import CompletionOptions, CompletionResult, complete, fim_prompt
+from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
 from ..languages import LANGUAGES, has_syntax_error
-from ..prompt import FimRequest
 from ..runtime import LoadedPair
 from ..stops import Cursor, Mode
 from .corpus import Hole, check_no_leak
@@ -30,8 +29,9 @@ from .corpus import Hole, check_no_leak
 @dataclass(frozen=True)
 class BenchSettings:
     max_tokens: int = 48
-    prefix_tokens: int = 1024  # the daemon's defaults
+    prefix_tokens: int = 1024  # the daemon's defaults: window limits ...
     suffix_tokens: int = 256
+    prompt_seconds: float = 4.0  # ... sized to a cold prefill of this long (0: the limits)
 
 
 def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:
@@ -42,6 +42,7 @@ def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOpt
         mode=Mode.LINE if hole.kind == "line" else Mode.BLOCK,
         prefix_tokens=settings.prefix_tokens,
         suffix_tokens=settings.suffix_tokens,
+        prompt_seconds=settings.prompt_seconds,
     )
     return replace(options, **changes)
 
@@ -53,8 +54,8 @@ def cursor_of(hole: Hole, typed: str = "") -> Cursor:
 
 def prompt_ids(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
     """The FIM prompt ``complete`` builds for the hole, by tokenizing alone (no model pass)."""
-    request = FimRequest(hole.prefix, hole.suffix, path=PurePath(hole.file).name)
-    return fim_prompt(pair, request, options_for(hole, settings))
+    path = PurePath(hole.file).name
+    return prompt_at(pair, cursor_of(hole), options_for(hole, settings), path)[0]
 
 
 def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: bool) -> dict:

@@ -65,8 +65,8 @@ class CachedModel:
 
     def keep(self, n: int, extra: list[int]) -> None:
         """Keep positions ``[0, n)`` plus the positions in ``extra`` (all ``>= n``, ascending)."""
-        if not extra:
-            self.crop(n)
+        if extra == list(range(n, n + len(extra))):  # a prefix of what is cached: no copy
+            self.crop(n + len(extra))
             return
         index = torch.tensor(list(range(n)) + extra, device=self.device)
         for layer in self._layers():
@@ -119,7 +119,7 @@ class CachedModel:
         return out.logits[0].float()
 
     def prefill(
-        self, ids: list[int], cancel: threading.Event | None = None
+        self, ids: list[int], cancel: threading.Event | None = None, chunk: int | None = None
     ) -> tuple[torch.Tensor, int, int]:
         """Make the cache hold ``ids``; return (logits after the last id, reused, computed).
 
@@ -132,11 +132,11 @@ class CachedModel:
         reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
         self.crop(reuse)
         logits = None
-        for start in range(reuse, len(ids), self.prefill_chunk):
+        step = chunk or self.prefill_chunk
+        for start in range(reuse, len(ids), step):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            chunk = ids[start : start + self.prefill_chunk]
-            logits = self.forward(chunk, all_logits=False)
+            logits = self.forward(ids[start : start + step], all_logits=False)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
 

@@ -63,6 +63,7 @@ class GenerationStats:
     draft_passes: int = 0  # target passes for which the draft model ran
     draft_forwards: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source
+    pass_log: list[tuple[int, int, float]] = field(default_factory=list)  # (width, kept, s)
     dropped_past_stop: int = 0  # tokens accepted in the stopping pass after the stop point
     ttft_s: float = 0.0
     prefill_s: float = 0.0
@@ -151,17 +152,59 @@ class Engine:
         self.drafter = DraftProposer(draft, threshold=draft_threshold) if draft else None
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
         self.lock = threading.Lock()  # one generation at a time owns the caches
+        self.pad_single_row = True  # until calibrate() has checked that one-row passes are exact
+        self.draft_note = ""  # why the draft was released, if it was
+        self.prefill_rate: float | None = None  # prompt tokens per second, measured at load
 
     def calibrate(self, context_len: int = 16) -> None:
-        """Seed the policy with measured costs: a one-token target pass and a draft step.
+        """Measure at load what the policy and the verifier need to know about this machine:
 
-        Runs on a short dummy context (about four target steps); both caches are cleared after.
+        * whether a one-row pass computes a position bit-identically to the same row inside a
+          wider pass (then plain decoding needs no padding row, see ``_verify``);
+        * the cost of target passes of widths 1, 2, 4 and 8, and of a draft step.
+
+        Runs on a short dummy context; both caches are cleared after.
         """
-        ids = [(7 * i) % 1000 + 100 for i in range(context_len)]
-        # the target's one-token passes are padded to two rows, as ``_verify`` runs them
-        self.policy.observe_pass(1, _one_step_seconds(self.target, ids, rows=2))
+        vocab = self.target.model.config.vocab_size
+        ids = [(7 * i + 100) % vocab for i in range(context_len)]
+        self.pad_single_row = not _one_row_is_exact(self.target, ids)
+        chunk = [(11 * i + 50) % vocab for i in range(64)]
+        self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
+        for width in (1, 2, 4, 8):
+            rows = 2 if width == 1 and self.pad_single_row else width
+            self.policy.observe_pass(width, _pass_seconds(self.target, ids, ids[:rows]))
         if self.drafter:
-            self.policy.draft_step_s.add(_one_step_seconds(self.drafter.model, ids))
+            self.policy.draft_step_s.add(_pass_seconds(self.drafter.model, ids, ids[:1]))
+            if self.policy.draft_mode == "auto" and not self.policy.draft_can_pay():
+                self.release_draft()
+
+    def release_draft(self) -> None:
+        """Drop the draft model (its memory goes with it): on this machine its step costs too
+        much of a target pass for it to pay even at a good acceptance rate."""
+        ratio = self.policy.draft_step_s.value / self.policy.verify_cost(1)
+        self.draft_note = (
+            f"draft released: a step costs {ratio:.2f} of a target pass here, "
+            "too much to pay even at 80% acceptance"
+        )
+        self.drafter = None
+        self.policy.draft_enabled = self.policy.draft_on = False
+        self.policy.draft_mode = "off"
+
+    def warm(self, prompt: list[int], cancel: threading.Event, chunk_s: float = 0.25) -> int:
+        """Prefill ``prompt`` (all but its last token: a request recomputes that one anyway)
+        ahead of a request, in chunks of about ``chunk_s`` seconds, stopping between chunks as
+        soon as ``cancel`` is set; what was computed stays cached. Returns tokens computed."""
+        if len(prompt) < 2:
+            return 0
+        ids = prompt[:-1]
+        chunk = max(8, int((self.prefill_rate or 256 / chunk_s) * chunk_s))
+        with self.lock:
+            start = min(common_prefix_len(self.target.ids, ids), len(ids) - 1)  # kept by prefill
+            try:
+                self.target.prefill(ids, cancel, chunk=chunk)
+            except Cancelled:
+                pass
+            return len(self.target.ids) - start
 
     def generate(
         self,
@@ -202,16 +245,19 @@ class Engine:
                     # 2) Propose: n-gram spans and/or a draft chain, merged into one tree.
                     context = prompt + out.tokens
                     remaining = params.max_tokens - len(out.tokens)
-                    tree, draft_start, draft_s = self._propose(context, remaining, params, rng)
+                    tree, evidence, draft_start, draft_s = self._propose(
+                        context, remaining, params, rng
+                    )
                     # 3) Verify: ONE target pass over [pending] + tree.
                     base = len(self.target.ids)
                     logits, seconds = timed(self._verify, pending, tree)
                     self.policy.observe_pass(1 + len(tree), seconds)
+                    stats.pass_log.append((1 + len(tree), 0, seconds))
                     # 4) Accept: walk the tree with the target's own choices; keep that path.
                     path, bonus = walk_tree(tree, logits, params.temperature, rng)
                     self.target.keep(base + 1, [base + 1 + i for i in path])
                     # 5) Learn: acceptance per proposer, costs, counters.
-                    self._learn(tree, path, draft_start, draft_s, stats)
+                    self._learn(tree, path, draft_start, draft_s, evidence, stats)
                     # 6) Emit the accepted tokens and the bonus; stop rules may cut them.
                     pending = bonus
                     fresh = out.push([tree.tokens[i] for i in path] + [bonus])
@@ -231,49 +277,68 @@ class Engine:
             return int(torch.argmax(logits).item())
         return sample(logits_to_probs(logits, temperature), rng)
 
-    def _propose(self, context, remaining, params, rng) -> tuple[TokenTree, int | None, list]:
-        """Build this pass's token tree. Returns (tree, node the draft grew from, draft times)."""
+    def _propose(self, context, remaining, params, rng) -> tuple[TokenTree, int, int | None, list]:
+        """Build this pass's token tree, sized by the policy. Returns (tree, the best n-gram
+        match length, node the draft grew from or None, draft step times)."""
         tree = TokenTree()
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
-        budget = min(self.policy.width_budget(), remaining - 1)
-        if not params.speculate or budget <= 0:
-            return tree, None, []
-        best_end = -1
-        if params.use_ngram:
-            for rank, candidate in enumerate(self.ngram.propose(context, budget)):
-                end = tree.add(candidate, budget)
-                if rank == 0:
-                    best_end = end
-        ngram_depth = tree.depths[best_end] if best_end >= 0 else 0
-        lag = (
-            len(context) - common_prefix_len(self.drafter.model.ids, context) if self.drafter else 0
-        )
-        plan = self.policy.plan(ngram_depth, lag)
-        if not (self.drafter and params.use_draft and plan.use_draft):
-            return tree, None, []
-        # The draft continues from the end of the best n-gram span (or from the root), at a
-        # leaf, so its sampled tokens never share a node with a deterministic proposal.
-        start = best_end
-        while tree.children(start):
-            start = tree.children(start)[0]
-        room = min(plan.draft_len, budget - len(tree), remaining - 1 - tree_depth(tree, start))
+        cap = min(self.policy.max_nodes_limit, remaining - 1)
+        if not params.speculate or cap <= 0:
+            return tree, 0, None, []
+        offers = self.ngram.propose(context, cap) if params.use_ngram else []
+        for candidate in offers:
+            tree.add(candidate, cap)
+        evidence = offers[0].evidence if offers else 0
+        ngram_rate = self.policy.ngram_rate(evidence)
+        draft_start, draft_s = self._draft(tree, context, cap, remaining, params, rng, ngram_rate)
+        # Verify the k* first tokens of the main chain that pay (policy.py), plus what fits
+        # beside them in the same width bucket at no extra cost.
+        chain = tree.main_chain()
+        rates = [
+            ngram_rate if "ngram" in tree.sources[i] else self.policy.draft.rate for i in chain
+        ]
+        k = self.policy.chain_length(rates)
+        width = self.policy.width(k, len(tree))
+        keep = chain[:k] + [i for i in range(len(tree)) if i not in chain][: max(0, width - k)]
+        keep = [i for i in keep if all(p in keep for p in tree.path_to(i)[:-1])]
+        tree, index = tree.subset(keep)
+        if draft_start is not None:
+            draft_start = index.get(draft_start) if draft_start >= 0 else -1
+        return tree, evidence, draft_start, draft_s
+
+    def _draft(self, tree, context, cap, remaining, params, rng, ngram_rate):
+        """Let the draft continue the best n-gram span (or start at the root) when the policy
+        says it pays. Returns (node it grew from, its step times), (None, []) when it did not
+        run. It grows from a leaf, so its sampled tokens never share a node with a
+        deterministic proposal."""
+        if not (self.drafter and params.use_draft):
+            return None, []
+        ngram_chain = [i for i in tree.main_chain() if "ngram" in tree.sources[i]]
+        lag = len(context) - common_prefix_len(self.drafter.model.ids, context)
+        plan = self.policy.plan(len(ngram_chain), lag, ngram_rate)
+        if not plan.use_draft:
+            return None, []
+        start = ngram_chain[-1] if ngram_chain else -1
+        room = min(plan.draft_len, cap - len(tree), remaining - 1 - tree_depth(tree, start))
         if room <= 0:
-            return tree, None, []
+            return None, []
         prefix = [tree.tokens[i] for i in tree.path_to(start)]
-        candidates = self.drafter.propose(context + prefix, room, params.temperature, rng)
-        for candidate in candidates:
-            tree.add(candidate, budget, under=start)
-        return tree, start, self.drafter.last_step_s
+        for candidate in self.drafter.propose(context + prefix, room, params.temperature, rng):
+            tree.add(candidate, cap, under=start)
+        return start, self.drafter.last_step_s
 
     def _verify(self, pending: int, tree: TokenTree) -> torch.Tensor:
         """Logits at [pending] + every node, from one target forward pass.
 
-        A pass is never one token wide: a lone pending token gets a padding row after it, whose
-        logits are ignored and whose cache entry ``keep`` drops. One-row GEMMs round
-        differently from wider ones, so without it plain decoding (one token per pass) would
-        not be bit-identical to verification in bf16 (see ``attention.py``).
+        Where a one-row pass rounds differently from wider ones (dense bf16 GEMMs on some CPUs;
+        ``calibrate`` checks), a lone pending token gets a padding row after it, whose logits
+        are ignored and whose cache entry ``keep`` drops: plain decoding (one token per pass)
+        then stays bit-identical to verification (see ``attention.py``). Where one-row passes
+        are exact anyway (the int4/int8 kernels compute each row alone), no padding is paid.
         """
         if not tree.tokens:
+            if not self.pad_single_row:
+                return self.target.forward([pending])
             return self.target.forward([pending, pending])[:1]
         tokens = [pending] + tree.tokens
         if tree.is_chain():  # a chain is plain causal attention: no mask needed
@@ -281,9 +346,10 @@ class Engine:
         mask, depths = tree.attention()
         return self.target.forward(tokens, tree_mask=mask, depths=depths)
 
-    def _learn(self, tree, path, draft_start, draft_s, stats: GenerationStats) -> None:
+    def _learn(self, tree, path, draft_start, draft_s, evidence, stats: GenerationStats) -> None:
         stats.target_passes += 1
         stats.accepted_per_pass.append(len(path))
+        stats.pass_log[-1] = (stats.pass_log[-1][0], len(path), stats.pass_log[-1][2])
         kept = set(path)
         for source in ("ngram", "draft"):
             nodes = [i for i, s in enumerate(tree.sources) if source in s]
@@ -294,7 +360,7 @@ class Engine:
         if first_branch:
             taken = sum(1 for i in first_branch if i in kept)
             self.ngram.update(len(first_branch), taken)
-            self.policy.observe_ngram(len(first_branch), taken)
+            self.policy.observe_ngram(evidence, len(first_branch), taken)
         if draft_start is not None:
             stats.draft_passes += 1
             stats.draft_forwards += self.drafter.last_forwards if self.drafter else 0
@@ -306,15 +372,27 @@ class Engine:
             self.policy.observe_draft(draft_s, proposed, taken)
 
 
-def _one_step_seconds(model: CachedModel, ids: list[int], rows: int = 1) -> float:
-    """Seconds for a one-token pass of ``rows`` rows after ``ids`` (second try: the first pays
-    set-up costs)."""
+def _pass_seconds(model: CachedModel, ids: list[int], tokens: list[int]) -> float:
+    """Seconds for one pass over ``tokens`` after ``ids`` (second try: the first pays set-up
+    costs)."""
     model.prefill(ids)
     for _ in range(2):
-        _, seconds = timed(model.forward, [ids[0]] * rows, all_logits=False)
+        _, seconds = timed(model.forward, tokens, all_logits=False)
         model.crop(len(ids))
     model.reset()
     return seconds
+
+
+def _one_row_is_exact(model: CachedModel, ids: list[int]) -> bool:
+    """Whether a one-row pass gives a position exactly the logits it gets as the first row of
+    2- and 3-row passes (the kernels then compute every row on its own)."""
+    model.prefill(ids)
+    rows = []
+    for width in (1, 2, 3):
+        rows.append(model.forward(ids[:width])[0])
+        model.crop(len(ids))
+    model.reset()
+    return all(torch.equal(rows[0], r) for r in rows[1:])
 
 
 def tree_depth(tree: TokenTree, node: int) -> int:

@@ -53,7 +53,7 @@ class NgramProposer:
                 if not span or any(s[: len(span)] == span for s in seen):
                     continue
                 seen.add(span)
-                found.append(Candidate(list(span), self.name))
+                found.append(Candidate(list(span), self.name, evidence=n))
                 if len(found) >= self.branches:
                     return found
             if found:  # longer matches are better evidence than any shorter one

@@ -1,17 +1,28 @@
-"""Adaptive speculation policy: measure costs and acceptance online, pick what pays.
+"""Adaptive speculation policy: measure costs and acceptance online, verify what pays.
 
-Per target pass we choose how many tree nodes to verify and whether to run the draft model.
-The maths (Leviathan et al.; see ``../shared/anchors/specdec.md``): with per-token acceptance
-``a`` and a chain of ``k`` proposed tokens, the expected tokens per target pass, bonus token
-included, are::
+Per target pass we choose how many proposed tokens to verify and whether to run the draft.
+The maths (Leviathan et al.; see ``../shared/anchors/specdec.md``): if each proposed token of
+a chain is accepted with probability ``a`` (given that the ones before it were), verifying the
+first ``k`` tokens of the chain yields, bonus token included, on average::
 
-    E(a, k) = (1 - a^(k+1)) / (1 - a)
+    E(a, k) = 1 + a + a^2 + ... + a^k  =  (1 - a^(k+1)) / (1 - a)
 
-and the rate of a plan is ``E / cost``, where ``cost = k_draft * T_draft + T_verify(width)``.
-``T_verify(w)`` is measured per width bucket (on a CPU a pass of 8 costs ~1.1x a pass of 1; on a
-GPU it is flat much further), ``T_draft`` per draft forward. The draft runs only when its
-expected rate beats not running it; while it is off it is re-probed with growing gaps (16, 32,
-... 512 passes), so a draft that pays on other hardware or later in a file comes back.
+tokens per target pass, and a pass of width ``w = 1 + k`` (the pending token plus the chain)
+costs ``T(w)`` seconds. So the decode loop verifies the ``k`` that maximises tokens per second::
+
+    k* = argmax_k  E(a, k) / T(1 + k)            (k = 0 is plain decoding: E = 1)
+
+``T(w)`` is measured per width bucket (1, 2, 4, 8, ...): on a GPU it is nearly flat, so long
+chains pay; on a 2-core CPU with int4 weights a pass of 8 rows costs ~3x a pass of one, so only
+the first few tokens of a likely chain do. ``a`` is measured per proposer and per *context*:
+for n-gram lookup the length of the match that produced the span (a 6-token match predicts
+far better than a 1-token one). Wider branches of the tree ride along only where they fit in
+the chosen width bucket at no extra cost.
+
+The draft model runs only when its expected rate, its own steps included, beats not running it;
+while it is off it is re-probed with growing gaps (16, 32, ... 512 passes). Widths the choice
+never uses, and contexts whose acceptance looks too poor to try, are re-measured now and then
+(growing gaps again), so a cost or a rate measured in a bad moment is not final.
 """
 
 from __future__ import annotations
@@ -19,21 +30,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-WIDTH_PROBE_GAP = 64  # passes between re-measurements of the next wider bucket
+WIDTH_PROBE_GAP = 64  # passes before a width the choice never uses is measured again
+WIDTH_PROBE_MAX_GAP = 1024
+ACCEPTANCE_PROBE_GAP = 16  # passes with an unverified offer before one token of it is tried
+EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
 
 
 def chain_expected(a_first: float, n_first: int, a_then: float, n_then: int) -> float:
     """Expected tokens per pass for ``n_first`` tokens at acceptance ``a_first`` followed by
-    ``n_then`` at ``a_then`` (an n-gram span the draft continues): 1 + sum of P(prefix kept).
-    With ``n_first = 0`` this is E(a_then, n_then) of the module docstring."""
+    ``n_then`` at ``a_then`` (an n-gram span the draft continues): 1 + sum of P(prefix kept)."""
     a1, a2 = min(max(a_first, 0.0), 1.0), min(max(a_then, 0.0), 1.0)
     first = sum(a1**i for i in range(1, n_first + 1))
     then = a1**n_first * sum(a2**j for j in range(1, n_then + 1))
     return 1.0 + first + then
 
 
-def _bucket(width: int) -> int:
+def bucket(width: int) -> int:
+    """The measured width bucket a pass of ``width`` tokens falls in."""
     return next((b for b in WIDTH_BUCKETS if width <= b), WIDTH_BUCKETS[-1])
+
+
+def evidence_bucket(evidence: int) -> int:
+    return max((b for b in EVIDENCE_BUCKETS if evidence >= b), default=EVIDENCE_BUCKETS[0])
 
 
 class Ema:
@@ -48,7 +66,10 @@ class Ema:
 
 
 class Acceptance:
-    """Per-token acceptance rate a = accepted / (accepted + rejections), decayed."""
+    """Per-token acceptance rate a = accepted / (accepted + rejections), decayed.
+
+    A chain of ``proposed`` tokens of which the first ``accepted`` were kept is ``accepted``
+    successes and (if it broke off) one failure: the maximum-likelihood ``a`` of E(a, k)."""
 
     def __init__(self, prior: float, weight: float = 4.0, decay: float = 0.97) -> None:
         self.accepted = prior * weight
@@ -68,64 +89,72 @@ class Acceptance:
 
 @dataclass
 class Plan:
-    """What to do in the next target pass."""
+    """Whether the draft runs in the next target pass, and how far."""
 
     use_draft: bool
     draft_len: int
 
 
 class SpeculationPolicy:
-    """Online cost model + acceptance estimates -> the next pass's plan."""
+    """Online cost model + acceptance estimates -> the next pass's width and draft plan."""
 
-    def __init__(
-        self,
-        max_nodes: int = 24,
-        draft_len: int = 8,
-        width_slack: float = 1.35,
-        draft_mode: str = "auto",
-    ) -> None:
+    def __init__(self, max_nodes: int = 24, draft_len: int = 8, draft_mode: str = "auto") -> None:
         if draft_mode not in ("auto", "on", "off"):
             raise ValueError(f"draft_mode must be auto, on or off, not {draft_mode!r}")
         self.max_nodes_limit = max_nodes
         self.draft_len = draft_len
-        self.width_slack = width_slack  # accept a wider pass while T(w) <= slack * T(1)
         self.draft_mode = draft_mode
         self.draft_enabled = draft_mode != "off"  # a draft model exists and may run
         self.pass_s = {b: Ema() for b in WIDTH_BUCKETS}
         self.draft_step_s = Ema()
-        self.ngram = Acceptance(prior=0.6)
+        self.ngram = {b: Acceptance(prior=0.5) for b in EVIDENCE_BUCKETS}
         self.draft = Acceptance(prior=0.6)
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
         self.probe_gap = 16
         self.probe_max_lag = 32
-        self.budget_bucket = 1  # the widest bucket the last budget allowed without a probe
-        self.passes_since_width_probe = 0
-        self.decisions = {"draft_on": 0, "draft_off": 0, "probes": 0, "width_probes": 0}
+        self.passes = 0
+        self.last_measured = {b: 0 for b in WIDTH_BUCKETS}  # pass count when last observed
+        self.width_gap = {b: WIDTH_PROBE_GAP for b in WIDTH_BUCKETS}
+        self.unverified_offers = 0
+        self.probing: int | None = None  # the width bucket being re-measured
+        self.decisions = {
+            "draft_on": 0,
+            "draft_off": 0,
+            "probes": 0,
+            "width_probes": 0,
+            "acceptance_probes": 0,
+            "plain_passes": 0,
+        }
 
     # -- measurements ---------------------------------------------------------------------------
 
     def observe_pass(self, width: int, seconds: float) -> None:
-        bucket = _bucket(width)
-        if bucket > self.budget_bucket:  # a width probe: a fresh measurement, not an average
-            self.pass_s[bucket].value = seconds
-            self.passes_since_width_probe = 0
+        b = bucket(width)
+        if b == self.probing:
+            self.pass_s[b].value = seconds  # a probe: a fresh measurement, not an average
+            self.probing = None
         else:
-            self.pass_s[bucket].add(seconds)
+            self.pass_s[b].add(seconds)
+        self.last_measured[b] = self.passes
+        self.passes += 1
 
     def observe_draft(self, step_seconds: list[float], proposed: int, accepted: int) -> None:
         for s in step_seconds:
             self.draft_step_s.add(s)
         self.draft.add(proposed, accepted)
 
-    def observe_ngram(self, proposed: int, accepted: int) -> None:
-        self.ngram.add(proposed, accepted)
+    def observe_ngram(self, evidence: int, proposed: int, accepted: int) -> None:
+        self.ngram[evidence_bucket(evidence)].add(proposed, accepted)
+
+    def ngram_rate(self, evidence: int) -> float:
+        return self.ngram[evidence_bucket(evidence)].rate
 
     # -- decisions ------------------------------------------------------------------------------
 
     def verify_cost(self, width: int) -> float:
         """Estimated seconds for a target pass of ``width`` tokens (nearest measured bucket)."""
-        b = _bucket(width)
+        b = bucket(width)
         if self.pass_s[b].value is not None:
             return self.pass_s[b].value
         known = [(k, e.value) for k, e in self.pass_s.items() if e.value is not None]
@@ -138,44 +167,78 @@ class SpeculationPolicy:
         doublings = max(0, b.bit_length() - k.bit_length())
         return v * (1.05**doublings)
 
-    def width_budget(self) -> int:
-        """Nodes for the next pass: the largest bucket whose pass costs at most ``width_slack``
-        x a one-token pass. Every ``WIDTH_PROBE_GAP`` passes the next wider bucket is allowed
-        once, so a cost measured in a slow moment (another process on the cores) is measured
-        again instead of ruling that width out for good."""
-        t1 = self.verify_cost(1)
-        best = 1
-        for b in WIDTH_BUCKETS:
-            if b - 1 > self.max_nodes_limit:
-                break
-            if self.verify_cost(b) <= self.width_slack * t1:
-                best = b
-        self.budget_bucket = best
-        self.passes_since_width_probe += 1
-        wider = [b for b in WIDTH_BUCKETS if b > best and b - 1 <= self.max_nodes_limit]
-        if wider and self.passes_since_width_probe >= WIDTH_PROBE_GAP:
-            best = wider[0]  # stays allowed until a pass of that width has been measured
-            self.decisions["width_probes"] += self.passes_since_width_probe == WIDTH_PROBE_GAP
-        return max(1, min(best - 1, self.max_nodes_limit))
+    def chain_length(self, rates: list[float]) -> int:
+        """k*: how many tokens of a proposed chain to verify, given each token's acceptance
+        (given the ones before it were accepted): E(k) = 1 + sum over i <= k of a_1 ... a_i."""
+        offered = min(len(rates), self.max_nodes_limit)
+        best_k, best_rate = 0, 1.0 / self.verify_cost(1)
+        expected, kept = 1.0, 1.0
+        for k in range(1, offered + 1):
+            kept *= min(max(rates[k - 1], 0.0), 1.0)
+            expected += kept
+            rate = expected / self.verify_cost(1 + k)
+            if rate > best_rate * 1.001:  # ties go to the narrower pass
+                best_k, best_rate = k, rate
+        if best_k == 0 and offered > 0:
+            # Keep the estimate honest: now and then verify one token of an offer judged poor.
+            self.unverified_offers += 1
+            if self.unverified_offers >= ACCEPTANCE_PROBE_GAP:
+                self.unverified_offers = 0
+                self.decisions["acceptance_probes"] += 1
+                return 1
+        return best_k
 
-    def _draft_pays(self, ngram_tokens: int) -> bool:
+    def width(self, chain: int, nodes: int) -> int:
+        """Nodes to verify, given the chosen chain length and the tree's size: the chain plus
+        whatever fits in the same width bucket, or a wider bucket now and then to re-measure
+        it (its cost may have been taken while another process had the cores)."""
+        if chain == 0:
+            self.decisions["plain_passes"] += 1
+            return 0
+        allowed = min(bucket(1 + chain), 1 + nodes, 1 + self.max_nodes_limit) - 1
+        for b in WIDTH_BUCKETS:
+            if b <= bucket(1 + chain) or b - 1 > min(nodes, self.max_nodes_limit):
+                continue
+            if self.passes - self.last_measured[b] >= self.width_gap[b]:
+                self.width_gap[b] = min(self.width_gap[b] * 2, WIDTH_PROBE_MAX_GAP)
+                self.decisions["width_probes"] += 1
+                self.probing = b
+                return b - 1
+            break  # only the next wider bucket is ever probed
+        return allowed
+
+    def _draft_pays(self, ngram_tokens: int, ngram_rate: float) -> bool:
         """Compare the expected rate with and without drafting ``draft_len`` more tokens."""
         if self.draft_step_s.value is None:
             return True  # never measured: try it once
         n, k = ngram_tokens, self.draft_len
-        rate_without = chain_expected(self.ngram.rate, n, 0.0, 0) / self.verify_cost(1 + n)
-        with_draft = chain_expected(self.ngram.rate, n, self.draft.rate, k)
+        rate_without = chain_expected(ngram_rate, n, 0.0, 0) / self.verify_cost(1 + n)
+        with_draft = chain_expected(ngram_rate, n, self.draft.rate, k)
         # k draft forwards, plus one to catch up on the tokens accepted since the last call
         cost = (k + 1) * self.draft_step_s.value + self.verify_cost(1 + n + k)
         return with_draft / cost > rate_without
 
-    def plan(self, ngram_tokens: int, draft_lag: int = 0) -> Plan:
-        """Plan the next pass, given how many n-gram tokens are on offer and how many context
-        tokens the draft's cache lacks (a probe never pays for a long catch-up prefill)."""
+    def draft_can_pay(self, best_acceptance: float = 0.8) -> bool:
+        """Whether the draft could beat plain decoding at all on this machine: with the measured
+        step and pass costs and an acceptance as good as a small draft of the same family gets
+        on code (``best_acceptance``), some draft length gives more tokens per second."""
+        if self.draft_step_s.value is None:
+            return True
+        plain = 1.0 / self.verify_cost(1)
+        for k in range(1, self.draft_len + 1):
+            cost = (k + 1) * self.draft_step_s.value + self.verify_cost(1 + k)
+            if chain_expected(0.0, 0, best_acceptance, k) / cost > plain:
+                return True
+        return False
+
+    def plan(self, ngram_tokens: int, draft_lag: int = 0, ngram_rate: float = 0.5) -> Plan:
+        """Plan the draft for the next pass, given how many n-gram tokens are on offer (and
+        their acceptance) and how many context tokens the draft's cache lacks (a probe never
+        pays for a long catch-up prefill)."""
         use_draft = self.draft_mode == "on"
         if self.draft_mode == "auto":
             self.passes_since_probe += 1
-            pays = self._draft_pays(ngram_tokens)
+            pays = self._draft_pays(ngram_tokens, ngram_rate)
             if pays != self.draft_on:
                 self.draft_on = pays
                 self.probe_gap = 16

@@ -27,6 +27,7 @@ class Candidate:
     tokens: list[int]
     source: str  # "ngram" | "draft"
     q: torch.Tensor | None = None
+    evidence: int = 0  # how strongly the context backs it (n-gram: the match length)
 
 
 @dataclass
@@ -64,6 +65,30 @@ class TokenTree:
             self.q.append(None if candidate.q is None else candidate.q[k])
             node = len(self.tokens) - 1
         return node
+
+    def main_chain(self) -> list[int]:
+        """Nodes along the first child of each node from the root: the best candidate, and the
+        draft's continuation of it."""
+        chain, kids = [], self.children(-1)
+        while kids:
+            chain.append(kids[0])
+            kids = self.children(kids[0])
+        return chain
+
+    def subset(self, keep: list[int]) -> tuple[TokenTree, dict[int, int]]:
+        """The tree of the nodes in ``keep`` (each one's parent kept too), and old -> new index."""
+        kept = sorted(keep)
+        index = {old: new for new, old in enumerate(kept)}
+        index[-1] = -1
+        sub = TokenTree()
+        for old in kept:
+            assert self.parents[old] in index, "a kept node needs its parent"
+            sub.tokens.append(self.tokens[old])
+            sub.parents.append(index[self.parents[old]])
+            sub.depths.append(self.depths[old])
+            sub.sources.append(set(self.sources[old]))
+            sub.q.append(self.q[old])
+        return sub, index
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root's child down to ``node``."""

@@ -31,6 +31,9 @@ class Settings:
     stop_rules: bool = True
     speculate: bool = True
     complete_mid_word: bool = False
+    prompt_seconds: float = 4.0  # size prompt windows to a cold prefill of this long; 0: off
+    warm_ahead: bool = True  # prefill where edits settle / the cursor rests, while idle
+    warm_delay_ms: int = 300  # how long they must rest first
 
 
 LIMITS = {
@@ -41,6 +44,8 @@ LIMITS = {
     "prefix_tokens": (16, 32768),
     "suffix_tokens": (0, 32768),
     "extra_context_tokens": (0, 65536),
+    "prompt_seconds": (0, 600),
+    "warm_delay_ms": (0, 60000),
 }
 CHOICES = {"multiline": ("auto", "always", "never")}
 ALIASES = {
@@ -54,6 +59,9 @@ ALIASES = {
     "stopRules": "stop_rules",
     "disabledLanguages": "disabled_languages",
     "completeMidWord": "complete_mid_word",
+    "promptSeconds": "prompt_seconds",
+    "warmAhead": "warm_ahead",
+    "warmDelayMs": "warm_delay_ms",
 }
 
 
@@ -87,6 +95,11 @@ def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list
 def _valid(key: str, value: Any, default: Any) -> Any | None:
     if isinstance(default, bool):
         return value if isinstance(value, bool) else None
+    if isinstance(default, float):
+        low, high = LIMITS.get(key, (0, 1 << 30))
+        if isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high:
+            return float(value)
+        return None
     if isinstance(default, int):
         low, high = LIMITS.get(key, (0, 1 << 30))
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:

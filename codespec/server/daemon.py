@@ -91,7 +91,14 @@ class Daemon:
         def load() -> None:
             try:
                 time.sleep(self._load_delay_s)
-                self.slot.pair = self._load()
+                pair = self._load()
+                self.slot.pair = pair
+                log.info(
+                    "model ready in %.1f s on %s: %s",
+                    pair.load_s,
+                    pair.device,
+                    getattr(pair, "quantization", ""),
+                )
             except Exception as exc:  # reported on every request, never a crash
                 log.error("model failed to load: %s", exc)
                 self.slot.error = exc

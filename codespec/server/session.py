@@ -27,13 +27,14 @@ from ..languages import language_for
 from ..stops import Cursor, Mode, decide_mode
 from .config import Settings, merge
 from .framing import FramingError, check_message, error_reply, frame, read_frame
-from .worker import Job, Worker
+from .worker import Job, WarmJob, Worker
 
 log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
 CUSTOM_INLINE = "codespec/inlineCompletion"
 STATS = "codespec/stats"
 DOCUMENT = "codespec/document"
+CURSOR = "codespec/cursor"
 _ids = itertools.count(1)
 
 
@@ -47,6 +48,7 @@ class SessionState:
     client_pid: int | None = None
     anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
     shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, completion) last answered
+    warm_timers: dict = field(default_factory=dict)  # uri -> asyncio.TimerHandle
 
 
 class CodespecProtocol(LanguageServerProtocol):
@@ -135,8 +137,30 @@ def create_session(
 
     @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def on_close(params: types.DidCloseTextDocumentParams) -> None:
-        state.anchors.pop(params.text_document.uri, None)
-        state.shown.pop(params.text_document.uri, None)
+        uri = params.text_document.uri
+        state.anchors.pop(uri, None)
+        state.shown.pop(uri, None)
+        if (timer := state.warm_timers.pop(uri, None)) is not None:
+            timer.cancel()
+        worker.forget_document(state.id, uri)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def on_change(params: types.DidChangeTextDocumentParams) -> None:
+        """Edits settle where the last change ended: warm the prompt for that place."""
+        change = params.content_changes[-1] if params.content_changes else None
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            doc = ls.workspace.get_text_document(params.text_document.uri)
+            offset = doc.offset_at_position(change.range.start) + len(change.text)
+            schedule_warm(ls, worker, doc.uri, offset)
+
+    @ls.feature(CURSOR)
+    def on_cursor(params: Any) -> None:
+        """The plugins say where the cursor rests (a document shown, a jump, a pause)."""
+        given = _as_dict(params)
+        uri = given["textDocument"]["uri"]
+        doc = ls.workspace.get_text_document(uri)
+        position = types.Position(**given["position"])
+        schedule_warm(ls, worker, uri, doc.offset_at_position(position))
 
     @ls.feature(STATS)
     def on_stats(params: Any) -> dict:
@@ -149,6 +173,59 @@ def create_session(
         return {"uri": doc.uri, "version": doc.version, "text": doc.source}
 
     return ls
+
+
+def schedule_warm(ls: LanguageServer, worker: Worker, uri: str, offset: int) -> None:
+    """After ``warmDelayMs`` without another edit or cursor report for the document, have the
+    worker prefill the prompt a request at ``offset`` would use (see ``worker.WarmJob``)."""
+    state: SessionState = ls.session  # type: ignore[attr-defined]
+    settings = state.settings
+    if (timer := state.warm_timers.pop(uri, None)) is not None:
+        timer.cancel()
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is None or not (settings.enabled and settings.warm_ahead):
+        return
+    if doc.language_id in settings.disabled_languages:
+        return
+
+    def submit() -> None:
+        state.warm_timers.pop(uri, None)
+        current = ls.workspace.text_documents.get(uri)
+        if current is None or current.version != doc.version:
+            return  # edited again meanwhile: that edit scheduled its own warm-up
+        text = current.source
+        at = max(0, min(offset, len(text)))
+        worker.warm(
+            WarmJob(
+                state.id,
+                uri,
+                current.version or 0,
+                Cursor(text[:at], text[at:], language_for(current.language_id, uri)),
+                completion_options(settings, invoked=False),
+                os.path.basename(current.path),
+                other_documents(ls, uri),
+                lambda: _version_of(ls, uri),
+                anchors=state.anchors,
+            )
+        )
+
+    loop = asyncio.get_running_loop()
+    state.warm_timers[uri] = loop.call_later(settings.warm_delay_ms / 1000, submit)
+
+
+def _version_of(ls: LanguageServer, uri: str) -> int | None:
+    doc = ls.workspace.text_documents.get(uri)
+    return None if doc is None else doc.version
+
+
+def other_documents(ls: LanguageServer, uri: str) -> tuple[tuple[str, str], ...]:
+    """The other open documents of the same language: context files before the current one."""
+    doc = ls.workspace.get_text_document(uri)
+    return tuple(
+        (os.path.basename(d.path), d.source)
+        for u, d in ls.workspace.text_documents.items()
+        if u != uri and d.language_id == doc.language_id
+    )
 
 
 async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> None:
@@ -197,6 +274,7 @@ def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
         prefix_tokens=settings.prefix_tokens,
         suffix_tokens=settings.suffix_tokens,
         extra_tokens=settings.extra_context_tokens,
+        prompt_seconds=settings.prompt_seconds,
     )
 
 
@@ -236,11 +314,6 @@ async def inline_completion(
     def current_version() -> int | None:
         return ls.workspace.get_text_document(uri).version
 
-    others = tuple(
-        (os.path.basename(d.path), d.source)
-        for u, d in ls.workspace.text_documents.items()
-        if u != uri and d.language_id == doc.language_id
-    )
     job = Job(
         state.id,
         uri,
@@ -248,7 +321,7 @@ async def inline_completion(
         cursor,
         options,
         os.path.basename(doc.path),
-        others,
+        other_documents(ls, uri),
         on_text,
         current_version,
         anchors=state.anchors,
@@ -308,6 +381,10 @@ def worker_stats(worker: Worker) -> dict:
         "tokens_per_pass": s.tokens / s.passes if s.passes else None,
         "latency_p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
         "last_cancel": dict(s.last_cancel),
+        "last_prompt": dict(s.last_prompt),
+        "warmed": s.warmed,
+        "warm_tokens": s.warm_tokens,
+        "warm_preempted": s.warm_preempted,
     }
 
 
@@ -346,6 +423,8 @@ async def serve_connection(
                 break
     finally:
         watcher.cancel()
+        for timer in protocol.session.warm_timers.values():
+            timer.cancel()  # no warm-up for a session that has ended
         writer.close()
 
 

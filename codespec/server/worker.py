@@ -8,20 +8,28 @@ Scheduling rules:
 * a job whose document has changed since it was submitted is answered empty without running
   the model (its result would be for text that no longer exists);
 * sessions are served round-robin, so one busy editor cannot starve another;
-* a failure inside the model call fails that job only; the worker goes on with the next.
+* a failure inside the model call fails that job only; the worker goes on with the next;
+* when no request waits, the worker *warms*: it prefills the prompt of the place a request is
+  likely to come from next (where edits settled or the cursor rests), newest first, one per
+  document. A request arriving meanwhile stops the warm-up between two prefill chunks, each
+  sized by measured cost to about ``WARM_CHUNK_S``: it never waits longer than that.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..completion import CompletionOptions, CompletionResult, complete
+from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
 from ..stops import Cursor
+
+WARM_CHUNK_S = 0.25
+log = logging.getLogger("codespec.worker")
 
 
 class CancelEvent(threading.Event):
@@ -56,6 +64,22 @@ class Job:
 
 
 @dataclass
+class WarmJob:
+    """Prefill the prompt for a likely next request; nobody waits for it."""
+
+    session: int
+    uri: str
+    version: int
+    cursor: Cursor
+    options: CompletionOptions
+    path: str = ""
+    extra_files: tuple[tuple[str, str], ...] = ()
+    current_version: Callable[[], int | None] = lambda: None
+    anchors: dict | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class WorkerStats:
     served: int = 0
     cancelled: int = 0
@@ -65,6 +89,10 @@ class WorkerStats:
     passes: int = 0
     latencies_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
     last_cancel: dict = field(default_factory=dict)  # passes at cancel vs at the end, last job
+    last_prompt: dict = field(default_factory=dict)  # prefilled vs reused, last served request
+    warmed: int = 0  # warm-ups run
+    warm_tokens: int = 0  # prompt tokens they prefilled
+    warm_preempted: int = 0  # warm-ups stopped by a request
 
 
 class Worker:
@@ -76,9 +104,10 @@ class Worker:
         self.queues: dict[int, collections.deque[Job]] = {}
         self.order: collections.deque[int] = collections.deque()  # round-robin of sessions
         self.latest: dict[tuple[int, str], Job] = {}
+        self.warm_jobs: dict[tuple[int, str], WarmJob] = {}  # newest last
         self.cond = threading.Condition()
         self.stats = WorkerStats()
-        self.running: Job | None = None
+        self.running: Job | WarmJob | None = None
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self.thread.start()
@@ -91,15 +120,40 @@ class Worker:
             if previous is not None:
                 previous.cancel.set()
             self.latest[(job.session, job.uri)] = job
+            if isinstance(self.running, WarmJob):
+                self.running.cancel.set()  # a request outranks any warm-up
             self.queues.setdefault(job.session, collections.deque()).append(job)
             if job.session not in self.order:
                 self.order.append(job.session)
             self.cond.notify()
         return job.future
 
+    def warm(self, job: WarmJob) -> None:
+        """Queue a warm-up; it replaces an older one for the same document."""
+        with self.cond:
+            previous = self.warm_jobs.pop((job.session, job.uri), None)
+            if previous is not None:
+                previous.cancel.set()
+            running = self.running
+            if isinstance(running, WarmJob) and (running.session, running.uri) == (
+                job.session,
+                job.uri,
+            ):
+                running.cancel.set()  # that place is stale now
+            self.warm_jobs[(job.session, job.uri)] = job
+            self.cond.notify()
+
+    def forget_document(self, session: int, uri: str) -> None:
+        with self.cond:
+            job = self.warm_jobs.pop((session, uri), None)
+            if job is not None:
+                job.cancel.set()
+
     def drop_session(self, session: int) -> None:
         """A session ended: cancel its work and forget it."""
         with self.cond:
+            for key in [k for k in self.warm_jobs if k[0] == session]:
+                self.warm_jobs.pop(key).cancel.set()
             for job in self.queues.pop(session, ()):
                 job.cancel.set()
             if self.running is not None and self.running.session == session:
@@ -115,7 +169,7 @@ class Worker:
 
     # -- the worker thread --------------------------------------------------------------------
 
-    def _next(self) -> Job | None:
+    def _next(self) -> Job | WarmJob | None:
         with self.cond:
             while not self.stopping:
                 for _ in range(len(self.order)):
@@ -125,11 +179,24 @@ class Worker:
                     if queue:
                         self.running = queue.popleft()
                         return self.running
+                if self.warm_jobs:  # nothing waits: warm the newest place
+                    key = next(reversed(self.warm_jobs))
+                    self.running = self.warm_jobs.pop(key)
+                    return self.running
                 self.cond.wait()
             return None
 
     def _run(self) -> None:
         while (job := self._next()) is not None:
+            if isinstance(job, WarmJob):
+                try:
+                    self._warm(job)
+                except Exception as exc:  # a warm-up is never worth a failure
+                    log.debug("warm-up failed: %s", exc)
+                finally:
+                    with self.cond:
+                        self.running = None
+                continue
             try:
                 self._serve(job)
             finally:
@@ -174,6 +241,10 @@ class Worker:
         if stats is not None:
             self.stats.tokens += stats.tokens
             self.stats.passes += stats.target_passes + 1
+            self.stats.last_prompt = {
+                "prefill_tokens": stats.prefill_tokens,
+                "cached_tokens": stats.cached_tokens,
+            }
         if job.cancel.is_set():
             self.stats.cancelled += 1
             self.stats.last_cancel = {
@@ -185,6 +256,19 @@ class Worker:
         self.stats.served += 1
         self.stats.latencies_s.append(time.perf_counter() - job.submitted)
         job.future.set_result(result)
+
+    def _warm(self, job: WarmJob) -> None:
+        current = job.current_version()
+        if job.cancel.is_set() or (current is not None and current > job.version):
+            return
+        pair = self.get_pair()
+        prompt, anchor = prompt_at(pair, job.cursor, job.options, job.path, job.extra_files)
+        computed = pair.engine.warm(prompt, job.cancel, WARM_CHUNK_S)
+        if job.anchors is not None:
+            job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
+        self.stats.warmed += 1
+        self.stats.warm_tokens += computed
+        self.stats.warm_preempted += job.cancel.is_set()
 
     def _on_text(self, job: Job) -> Callable[[str], None]:
         def on_text(text: str) -> None:

@@ -168,3 +168,38 @@ def test_sampling_keeps_the_target_distribution():
     # chi-squared 99.9% quantile ~ dof + 3.1 * sqrt(2 dof) + 3 (Wilson-Hilferty, generous)
     assert stat < dof + 3.1 * (2 * dof) ** 0.5 + 3, (stat, dof)
     assert drafted >= trials and 0 < accepted < drafted  # the draft took part, and was judged
+
+
+class CancelAfter(threading.Event):
+    """A cancel flag that sets itself once it has been checked ``checks`` times."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.left = checks
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        if self.left < 0:
+            self.set()
+        return super().is_set()
+
+
+def test_warm_prefills_ahead_and_the_request_reuses_it(target_model):
+    engine = make_engine(target_model)
+    prompt = PROMPTS[0] * 3
+    computed = engine.warm(prompt, threading.Event())
+    assert computed == len(prompt) - 1 and engine.target.ids == prompt[:-1]
+    generation = engine.generate(prompt, GenerationParams(max_tokens=20))
+    assert generation.run() == naive_greedy(target_model, prompt, 20)
+    assert generation.stats.prefill_tokens == 1  # only the last prompt token was left
+
+
+def test_warm_stops_between_chunks_and_keeps_what_it_computed(target_model):
+    engine = make_engine(target_model)
+    engine.prefill_rate = 32.0  # 32 tokens/s: a 0.25 s chunk holds 8 tokens
+    prompt = PROMPTS[2] * 4  # 44 tokens
+    computed = engine.warm(prompt, CancelAfter(checks=2), chunk_s=0.25)
+    assert computed == 16  # two chunks of 8, then the request's cancel was seen
+    generation = engine.generate(prompt, GenerationParams(max_tokens=10))
+    assert generation.run() == naive_greedy(target_model, prompt, 10)
+    assert generation.stats.cached_tokens == 16

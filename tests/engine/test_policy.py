@@ -1,35 +1,91 @@
-"""The adaptive policy's cost model: wide passes are used while they are cheap, and a width
-measured during a slow moment is measured again rather than ruled out for good."""
+"""The adaptive policy: verify the chain length that maximises expected tokens per second, from
+measured pass costs and acceptance per context; re-measure what it stops using."""
 
-from codespec.engine.policy import WIDTH_PROBE_GAP, SpeculationPolicy
+from codespec.engine.policy import (
+    ACCEPTANCE_PROBE_GAP,
+    WIDTH_PROBE_GAP,
+    SpeculationPolicy,
+)
+
+# Pass costs by width as measured on a 2-core AVX2 CPU with int4 weights (ms): wide is dear.
+CPU_COSTS = ((1, 0.170), (2, 0.198), (4, 0.243), (8, 0.479), (16, 0.83))
+# ... and a GPU-like curve, where a pass of 16 costs about what a pass of 1 does.
+FLAT_COSTS = ((1, 0.020), (2, 0.020), (4, 0.021), (8, 0.021), (16, 0.022), (32, 0.024))
 
 
-def test_budget_follows_measured_pass_costs():
+def policy_with(costs) -> SpeculationPolicy:
     policy = SpeculationPolicy(draft_mode="off")
-    for width, seconds in ((1, 0.20), (2, 0.21), (4, 0.22), (8, 0.26), (16, 0.40)):
+    for width, seconds in costs:
         policy.observe_pass(width, seconds)
-    assert policy.width_budget() == 7  # bucket 8 costs 1.3x a one-token pass, 16 costs 2x
+    return policy
+
+
+def test_flat_costs_and_good_acceptance_verify_long_chains():
+    assert policy_with(FLAT_COSTS).chain_length([0.9] * 20) >= 15
+
+
+def test_expensive_widths_narrow_the_chain_to_what_pays():
+    policy = policy_with(CPU_COSTS)
+    # a = 0.9: E(3)/T(4) = 3.44/0.243 beats E(7)/T(8) = 5.7/0.479 and E(1)/T(2) = 1.9/0.198
+    assert policy.chain_length([0.9] * 20) == 3
+    # a = 0.3: one extra token is all that pays (1.3/0.198 > 1/0.170 > 1.417/0.243)
+    assert policy.chain_length([0.3] * 20) == 1
+    # a = 0.1: a plain one-row pass is best
+    assert policy.chain_length([0.1] * 20) == 0
+
+
+def test_chain_length_follows_each_tokens_acceptance():
+    policy = policy_with(FLAT_COSTS)
+    # a sure token, then ones nearly always wrong: not worth the next (5 % dearer) bucket
+    assert policy.chain_length([0.99, 0.02, 0.02, 0.02]) == 1
+    assert policy.chain_length([0.99, 0.99, 0.99, 0.02, 0.02]) >= 3
+
+
+def test_acceptance_is_learned_per_match_length():
+    policy = policy_with(CPU_COSTS)
+    for _ in range(40):
+        policy.observe_ngram(evidence=6, proposed=8, accepted=8)  # long matches hold
+        policy.observe_ngram(evidence=1, proposed=8, accepted=0)  # one-token matches do not
+    assert policy.ngram_rate(6) > 0.9 and policy.ngram_rate(1) < 0.1
+    assert policy.chain_length([policy.ngram_rate(6)] * 8) >= 3
+    assert policy.chain_length([policy.ngram_rate(1)] * 8) == 0
+
+
+def test_a_poor_offer_is_still_tried_now_and_then():
+    policy = policy_with(CPU_COSTS)
+    lengths = [policy.chain_length([0.05] * 8) for _ in range(ACCEPTANCE_PROBE_GAP)]
+    assert lengths[:-1] == [0] * (ACCEPTANCE_PROBE_GAP - 1)
+    assert lengths[-1] == 1  # one token, so its acceptance keeps being measured
+    assert policy.decisions["acceptance_probes"] == 1
+
+
+def test_free_riders_fill_the_chosen_bucket_only():
+    policy = policy_with(CPU_COSTS)
+    assert policy.width(chain=3, nodes=20) == 3  # bucket 4 holds the pending token + 3 nodes
+    assert policy.width(chain=2, nodes=20) == 3  # a third node rides along for free
+    assert policy.width(chain=1, nodes=1) == 1
+    assert policy.width(chain=0, nodes=20) == 0
 
 
 def test_a_width_measured_while_busy_is_probed_again():
-    policy = SpeculationPolicy(draft_mode="off")
-    policy.observe_pass(1, 0.20)
-    policy.observe_pass(2, 0.21)
-    policy.observe_pass(4, 0.60)  # another process had the cores for this one
-    budgets = [policy.width_budget() for _ in range(WIDTH_PROBE_GAP)]
-    assert budgets[:-1] == [1] * (WIDTH_PROBE_GAP - 1)
-    assert budgets[-1] == 3  # one pass of bucket 4 is allowed again
-    assert policy.width_budget() == 3  # ... until such a pass has been measured
+    policy = policy_with(((1, 0.20), (2, 0.21), (4, 0.60), (8, 1.2)))  # 4, 8 while busy
+    for _ in range(WIDTH_PROBE_GAP):
+        assert policy.chain_length([0.9] * 8) == 1
+        policy.observe_pass(2, 0.21)
+    assert policy.width(chain=1, nodes=8) == 3  # bucket 4 is tried once again
     policy.observe_pass(4, 0.22)  # quiet again: the fresh measurement replaces the old one
-    assert policy.width_budget() >= 3
+    assert policy.chain_length([0.9] * 8) == 3
     assert policy.decisions["width_probes"] == 1
 
 
-def test_a_width_that_stays_expensive_stays_out():
-    policy = SpeculationPolicy(draft_mode="off")
-    policy.observe_pass(1, 0.20)
-    policy.observe_pass(4, 0.60)
-    for _ in range(WIDTH_PROBE_GAP):
-        policy.width_budget()
-    policy.observe_pass(4, 0.58)  # the probe: still expensive on this hardware
-    assert policy.width_budget() == 1
+def test_a_width_that_stays_expensive_is_probed_less_and_less():
+    policy = policy_with(((1, 0.20), (2, 0.21), (4, 0.60), (8, 1.2)))
+    probes = 0
+    for _ in range(WIDTH_PROBE_GAP * 7):
+        if policy.width(chain=1, nodes=8) == 3:
+            probes += 1
+            policy.observe_pass(4, 0.58)  # still expensive on this hardware
+        else:
+            policy.observe_pass(2, 0.21)
+    assert policy.chain_length([0.9] * 8) == 1
+    assert probes == 3  # after 64, then 128, then 256 more passes (the gap doubles)

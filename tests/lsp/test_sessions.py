@@ -204,3 +204,71 @@ async def test_invalid_settings_fall_back_with_a_message(client):
     open_doc(client, uri, "x = 1\n")
     result = await client.text_document_inline_completion_async(params(uri, 1, 0))
     assert isinstance(result, types.InlineCompletionList)  # still serving, with defaults
+
+
+async def stats_when(c: LanguageClient, condition, timeout: float = 20.0):
+    """Poll `codespec/stats` until ``condition(stats)`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        stats = await c.protocol.send_request_async("codespec/stats", None)
+        if condition(stats) or asyncio.get_running_loop().time() > deadline:
+            return stats
+        await asyncio.sleep(0.1)
+
+
+def edit(c: LanguageClient, uri: str, version: int, line: int, character: int, text: str):
+    at = types.Position(line=line, character=character)
+    c.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[
+                types.TextDocumentContentChangePartial(range=types.Range(at, at), text=text)
+            ],
+        )
+    )
+
+
+async def test_edits_that_settle_warm_the_next_prompt(client):
+    """After an edit rests, the daemon prefills the prompt for the place it ended; the
+    request that follows there prefills (almost) nothing."""
+    uri = "file:///tmp/warm.py"
+    body = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(30))
+    open_doc(client, uri, body)
+    before = (await client.protocol.send_request_async("codespec/stats", None)).warmed
+    edit(client, uri, 2, 90, 0, "def g(y):\n    return y")
+    stats = await stats_when(client, lambda s: s.warmed > before and s.warm_tokens > 0)
+    assert stats.warmed > before and stats.warm_tokens > 300
+    result = await client.text_document_inline_completion_async(params(uri, 91, 12))
+    assert result is not None
+    stats = await client.protocol.send_request_async("codespec/stats", None)
+    assert stats.last_prompt.prefill_tokens <= 2, stats.last_prompt
+    assert stats.last_prompt.cached_tokens > 300
+
+
+async def test_a_resting_cursor_warms_its_place(client):
+    uri = "file:///tmp/rest.py"
+    open_doc(client, uri, "import os\n\n\ndef main():\n    path = os.getcwd()\n    \n")
+    before = (await client.protocol.send_request_async("codespec/stats", None)).warmed
+    client.protocol.notify(
+        "codespec/cursor",
+        {"textDocument": {"uri": uri}, "position": {"line": 5, "character": 4}},
+    )
+    stats = await stats_when(client, lambda s: s.warmed > before)
+    assert stats.warmed > before
+    await client.text_document_inline_completion_async(params(uri, 5, 4))
+    stats = await client.protocol.send_request_async("codespec/stats", None)
+    assert stats.last_prompt.prefill_tokens <= 2, stats.last_prompt
+
+
+async def test_no_warm_up_for_a_disabled_language(client):
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"disabledLanguages": ["lua"]})
+    )
+    uri = "file:///tmp/off.lua"
+    open_doc(client, uri, "local x = 1\n", language="lua")
+    stats = await stats_when(client, lambda s: s.warmed >= 0)
+    before = stats.warmed
+    edit(client, uri, 2, 1, 0, "local y = 2")
+    await asyncio.sleep(1.5)  # five times the warm-up delay
+    stats = await client.protocol.send_request_async("codespec/stats", None)
+    assert stats.warmed == before

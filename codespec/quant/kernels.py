@@ -1,0 +1,210 @@
+"""Pick the activation dtype and each linear layer's kernel by timing them on this machine.
+
+What is fast differs by processor: with AVX-512 bf16 the kernels take bf16 activations
+natively; on an AVX2-only CPU bf16 is emulated, yet torch's weight-only int4/int8 kernels are
+still several times faster with bf16 activations than with float32 (they convert internally);
+and whether int4 or int8 wins depends on the layer's shape and the pass width. So the first
+load on a machine times real layers of the model at pass widths 1, 2, 4 and 8 for every
+(dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch version
+and threads) and every later start reads it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .layers import Int4Weight, QuantLinear, QuantWeight, int4_fits
+
+WIDTHS = (1, 2, 4, 8)
+# Decode passes are mostly narrow: weigh the widths by how often the decode loop runs them.
+WIDTH_WEIGHT = {1: 0.4, 2: 0.3, 4: 0.2, 8: 0.1}
+DTYPES = ("bfloat16", "float32")
+INT8_MUST_WIN_BY = 0.85  # int8 takes twice the memory of int4: use it only when clearly faster
+PLAN_FORMAT = 1
+
+
+def projection(name: str) -> str:
+    """The kind of a linear layer (``q_proj``, ``down_proj``, ``lm_head``) from its name."""
+    return name.rpartition(".")[2]
+
+
+@dataclass
+class KernelPlan:
+    """The chosen activation dtype and the kernel for int4-stored layers, by projection."""
+
+    dtype: str = "bfloat16"
+    kernels: dict[str, str] = field(default_factory=dict)  # projection -> "int4" | "int8"
+    timings_ms: dict = field(default_factory=dict)  # dtype -> projection -> kernel -> width -> ms
+    reason: str = ""
+    fingerprint: str = ""
+    measured_s: float = 0.0
+    forced: str = ""  # "int4" / "int8" when the user chose the kernel
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def kernel_for(self, name: str, weight: QuantWeight) -> str:
+        """int8 for int8-stored weights and shapes the int4 kernel does not take."""
+        n, k = weight.q.shape
+        if not (isinstance(weight, Int4Weight) and int4_fits(n, k)):
+            return "int8"
+        return self.forced or self.kernels.get(projection(name), "int4")
+
+    def summary(self) -> str:
+        kinds = [self.forced] if self.forced else sorted(set(self.kernels.values())) or ["int8"]
+        return f"{self.dtype} activations, {'/'.join(kinds)} weights ({self.reason})"
+
+
+def machine_fingerprint() -> str:
+    """Processor model and the flags that change kernels, torch version, thread count."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith(("flags", "Features")) and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c", "sve", "bf16")))
+    text = f"{model}|{' '.join(keep)}|{torch.__version__}|{torch.get_num_threads()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _median_ms(run, repeats: int = 5) -> float:
+    run()  # warm-up: first calls pay for allocation and code paths
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1000
+
+
+def _time_layers(
+    layers: list[tuple[QuantWeight, torch.Tensor | None]], kind: str, dtype: torch.dtype, widths
+) -> dict[int, float]:
+    modules = [QuantLinear(w, b, kind, dtype) for w, b in layers]
+    k = modules[0].in_features
+    out = {}
+    for width in widths:
+        x = torch.randn(width, k, dtype=dtype)
+        out[width] = _median_ms(lambda x=x: [m(x) for m in modules])
+    return out
+
+
+def score(times: dict[int, float]) -> float:
+    return sum(WIDTH_WEIGHT[w] * t for w, t in times.items())
+
+
+def measure(
+    weights: Mapping[str, QuantWeight | torch.Tensor], sample_layers: int = 2
+) -> KernelPlan:
+    """Time every (dtype, kernel) pair on the linear layers of the first ``sample_layers``
+    decoder layers and choose. Pairs whose one-row pass is over twice the best are dropped
+    before the wider widths are timed (float32 int4 is ~10x slower on AVX2: no need to wait)."""
+    t0 = time.perf_counter()
+    by_proj: dict[str, list[tuple[QuantWeight, torch.Tensor | None]]] = {}
+    for name in weights:
+        parts = name.split(".")
+        if "layers" not in parts or int(parts[parts.index("layers") + 1]) >= sample_layers:
+            continue
+        weight = weights[name]
+        if isinstance(weight, torch.Tensor):
+            continue
+        base = name.removesuffix(".weight")
+        bias = weights.get(f"{base}.bias")
+        by_proj.setdefault(projection(base), []).append((weight, bias))
+    pairs = []  # (dtype, projection, kernel)
+    for dtype in DTYPES:
+        for proj, layers in by_proj.items():
+            kernels = ["int8"]
+            if all(isinstance(w, Int4Weight) and int4_fits(*w.q.shape) for w, _ in layers):
+                kernels.insert(0, "int4")
+            pairs += [(dtype, proj, kernel) for kernel in kernels]
+    timings: dict = {}
+    for dtype, proj, kernel in pairs:
+        layers = by_proj[proj]
+        t1 = _time_layers(layers, kernel, getattr(torch, dtype), (1,))
+        timings.setdefault(dtype, {}).setdefault(proj, {})[kernel] = t1
+    for dtype, proj, kernel in pairs:
+        best_one_row = min(
+            times[1] for per_dtype in timings.values() for times in per_dtype[proj].values()
+        )
+        if timings[dtype][proj][kernel][1] <= 2 * best_one_row:
+            timings[dtype][proj][kernel] = _time_layers(
+                by_proj[proj], kernel, getattr(torch, dtype), WIDTHS
+            )
+
+    def best_kernel(dtype: str, proj: str) -> tuple[str, float]:
+        options = {k: score(t) for k, t in timings[dtype][proj].items() if len(t) == len(WIDTHS)}
+        if not options:  # this dtype was dropped for this layer: it costs its one-row time x 8
+            options = {k: 8 * t[1] for k, t in timings[dtype][proj].items()}
+        if "int4" in options and "int8" in options:
+            kernel = "int8" if options["int8"] < INT8_MUST_WIN_BY * options["int4"] else "int4"
+        else:
+            kernel = min(options, key=options.get)
+        return kernel, options[kernel]
+
+    totals = {d: sum(best_kernel(d, p)[1] for p in by_proj) for d in DTYPES}
+    dtype = min(totals, key=totals.get)
+    kernels = {p: best_kernel(dtype, p)[0] for p in by_proj}
+    other = next(d for d in DTYPES if d != dtype)
+    reason = (
+        f"measured: {dtype} {totals[dtype]:.1f} ms vs {other} {totals[other]:.1f} ms "
+        f"per sampled layer (weighted over widths {'/'.join(map(str, WIDTHS))})"
+    )
+    return KernelPlan(
+        dtype=dtype,
+        kernels=kernels,
+        timings_ms=timings,
+        reason=reason,
+        fingerprint=machine_fingerprint(),
+        measured_s=time.perf_counter() - t0,
+    )
+
+
+def load_or_measure(
+    weights: Mapping[str, QuantWeight | torch.Tensor], cache_file: Path, force: str | None = None
+) -> KernelPlan:
+    """The plan for this machine: read from ``cache_file`` or measured once and stored there.
+
+    ``force`` ("int4" / "int8") skips the kernel choice (the dtype is still measured)."""
+    fingerprint = machine_fingerprint()
+    try:
+        saved = json.loads(cache_file.read_text())
+        entry = saved.get(fingerprint) if saved.get("format") == PLAN_FORMAT else None
+    except (OSError, ValueError, AttributeError):
+        saved, entry = {}, None
+    if entry is not None:
+        plan = KernelPlan(**entry)
+    else:
+        plan = measure(weights)
+        saved = saved if isinstance(saved, dict) and saved.get("format") == PLAN_FORMAT else {}
+        saved.update({"format": PLAN_FORMAT, fingerprint: asdict(plan)})
+        _write_atomically(cache_file, json.dumps(saved, indent=1))
+    if force in ("int4", "int8"):
+        plan.forced = force
+        plan.reason = f"{force} chosen by the pair or the user; dtype {plan.reason}"
+    return plan
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Best effort: a cache that cannot be written only means measuring again next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -1,0 +1,132 @@
+"""Build a Hugging Face causal LM whose linear layers and embeddings are quantized.
+
+The model skeleton is made on the ``meta`` device (no memory), then every ``nn.Linear`` and
+``nn.Embedding`` is replaced by its quantized counterpart and the remaining float parameters
+(norms, biases) are assigned. Weights come either from a prepared folder of stored tensors
+(``model.safetensors`` written by ``from_gguf.stored_tensors``) or from a dense model that is
+quantized on the spot (a local Hugging Face folder, the tiny models of the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from .layers import (
+    Int4Weight,
+    QuantEmbedding,
+    QuantLinear,
+    QuantWeight,
+    int4_fits,
+    quantize_int4,
+    quantize_int8,
+    unpack_stored,
+)
+
+WEIGHTS_FILE = "model.safetensors"
+STORED_SUFFIXES = ("q4", "q4_scale", "q4_min", "q8", "q8_scale")
+
+# A kernel per linear layer: given the module name and its weight, "int4" or "int8".
+KernelFor = Callable[[str, QuantWeight], str]
+
+
+def default_kernel(name: str, weight: QuantWeight) -> str:
+    """int4 where the weight is int4 and the kernel takes its shape, else int8."""
+    n, k = weight.q.shape
+    return "int4" if isinstance(weight, Int4Weight) and int4_fits(n, k) else "int8"
+
+
+class StoredWeights(Mapping):
+    """The weights of a prepared folder by parameter name, read one at a time on access
+    (quantized ones rebuilt from their stored parts, floats as they are), so loading never
+    holds more than one unpacked weight beside the model being built."""
+
+    def __init__(self, folder: Path) -> None:
+        from safetensors import safe_open
+
+        self._file = safe_open(str(folder / WEIGHTS_FILE), framework="pt")
+        self._parts: dict[str, list[str]] = {}
+        for key in self._file.keys():
+            base, _, suffix = key.rpartition(".")
+            name = base if suffix in STORED_SUFFIXES else key
+            self._parts.setdefault(name, []).append(key)
+
+    def __getitem__(self, name: str) -> QuantWeight | torch.Tensor:
+        keys = self._parts[name]
+        if keys == [name]:
+            return self._tensor(name)
+        return unpack_stored({k.rpartition(".")[2]: self._tensor(k) for k in keys})
+
+    def _tensor(self, key: str) -> torch.Tensor:
+        # A copy: a tensor that still pointed into the mapped file would keep the whole file
+        # mapped, and every page ever read counted in the process's memory.
+        return self._file.get_tensor(key).clone()
+
+    def __iter__(self):
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+
+def read_stored(folder: Path) -> StoredWeights:
+    """The weights of a prepared folder (see ``StoredWeights``)."""
+    return StoredWeights(folder)
+
+
+def quantize_dense(
+    state: Mapping[str, torch.Tensor], scheme: str = "int4"
+) -> dict[str, QuantWeight | torch.Tensor]:
+    """Quantize the 2-D weights of a dense state dict: int4 (where the shape allows) or int8."""
+    out: dict[str, QuantWeight | torch.Tensor] = {}
+    for name, tensor in state.items():
+        if tensor.ndim == 2 and name.endswith(".weight"):
+            n, k = tensor.shape
+            use_int4 = scheme == "int4" and int4_fits(n, k)
+            out[name] = quantize_int4(tensor) if use_int4 else quantize_int8(tensor)
+        else:
+            out[name] = tensor.detach().float()
+    return out
+
+
+def build_quantized(
+    config,
+    weights: Mapping[str, QuantWeight | torch.Tensor],
+    dtype: torch.dtype,
+    kernel_for: KernelFor = default_kernel,
+) -> torch.nn.Module:
+    """A causal LM for ``config`` made from ``weights``; activations and floats in ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    tied = getattr(config, "tie_word_embeddings", False)
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear):
+            key = "model.embed_tokens.weight" if tied and name == "lm_head" else f"{name}.weight"
+            weight = weights[key]
+            bias = weights.get(f"{name}.bias") if module.bias is not None else None
+            assert not isinstance(weight, torch.Tensor), f"{key} is not quantized"
+            new: torch.nn.Module = QuantLinear(weight, bias, kernel_for(name, weight), dtype)
+        elif isinstance(module, torch.nn.Embedding):
+            weight = weights[f"{name}.weight"]
+            assert not isinstance(weight, torch.Tensor), f"{name}.weight is not quantized"
+            new = QuantEmbedding(weight, dtype)
+        else:
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+    # what is left on the meta device: float parameters (norms) and computed buffers (rotary)
+    for name, param in list(model.named_parameters()):
+        if param.is_meta:
+            value = weights[name]
+            assert isinstance(value, torch.Tensor), name
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, torch.nn.Parameter(value.to(dtype), False))
+    for name, module in list(model.named_modules()):
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, type(module)(config=config))
+    return model.eval()

@@ -1,0 +1,206 @@
+"""Weight-only int4/int8 on the CPU: exact GGUF codes, kernels equal to the maths, a quantized
+model decoded speculatively is token-identical to plain decoding of that same model."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from helpers import naive_greedy, tiny_qwen2
+
+from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
+from codespec.engine.policy import SpeculationPolicy
+from codespec.models import (
+    ModelError,
+    ModelSource,
+    load_manifest,
+    quantize_mode,
+    uses_quantized_form,
+)
+from codespec.quant import kernels
+from codespec.quant.from_gguf import Q4_K_BLOCK_BYTES, hf_name, q4_k_to_int4
+from codespec.quant.layers import (
+    QuantEmbedding,
+    QuantLinear,
+    quantize_int4,
+    quantize_int8,
+    unpack_stored,
+)
+from codespec.quant.load import build_quantized, quantize_dense
+
+
+def random_q4_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Valid Q4_K bytes: finite fp16 super-block scales, random 6-bit scales and 4-bit codes."""
+    rng = np.random.default_rng(seed)
+    count = rows * cols // 256
+    blocks = rng.integers(0, 256, (count, Q4_K_BLOCK_BYTES), dtype=np.uint8)
+    d = rng.uniform(0.001, 0.01, (count, 2)).astype(np.float16)
+    blocks[:, 0:4] = d.view(np.uint8).reshape(count, 4)
+    return blocks.reshape(rows, -1)
+
+
+def test_q4_k_codes_are_exactly_the_gguf_weights():
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    rows, cols = 32, 512
+    blocks = random_q4_k_blocks(rows, cols)
+    ours = q4_k_to_int4(blocks, rows, cols)
+    reference = dequantize(blocks, GGMLQuantizationType.Q4_K).reshape(rows, cols)
+    assert ours.q.max() <= 15
+    assert torch.equal(ours.dequantize(), torch.from_numpy(reference))
+
+
+def test_gguf_names_map_to_hugging_face_names():
+    assert hf_name("blk.3.ffn_down.weight") == "model.layers.3.mlp.down_proj.weight"
+    assert hf_name("blk.0.attn_q.bias") == "model.layers.0.self_attn.q_proj.bias"
+    assert hf_name("output.weight") == "lm_head.weight"
+    with pytest.raises(KeyError):
+        hf_name("blk.0.unknown.weight")
+
+
+@pytest.mark.parametrize("quantize", [quantize_int4, quantize_int8])
+def test_stored_form_round_trips(quantize):
+    weight = quantize(torch.randn(48, 64))
+    again = unpack_stored(weight.pack())
+    assert type(again) is type(weight)
+    assert torch.equal(again.dequantize(), weight.dequantize())
+
+
+def test_quantization_error_is_bounded():
+    w = torch.randn(64, 128)
+    for q, step in ((quantize_int4(w), 1 / 15), (quantize_int8(w), 1 / 127)):
+        # at most half a step of the group's (int4) or row's (int8) range
+        err = (q.dequantize() - w).abs().max()
+        assert err <= 0.51 * step * 2 * w.abs().max()
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quant_linear_computes_x_w_plus_b(kind, dtype):
+    weight = quantize_int4(torch.randn(96, 64))
+    bias = torch.randn(96)
+    layer = QuantLinear(weight, bias, kind, dtype)
+    x = torch.randn(2, 3, 64)
+    w = weight.dequantize() if kind == "int4" else quantize_int8(weight.dequantize()).dequantize()
+    expected = x @ w.T + bias
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    assert torch.allclose(layer(x).float(), expected, atol=tolerance, rtol=0.02)
+
+
+def test_quant_linear_rows_do_not_depend_on_the_pass_width():
+    layer = QuantLinear(quantize_int4(torch.randn(96, 64)), None, "int4", torch.bfloat16)
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(8)])
+    assert torch.equal(alone, layer(x))
+
+
+def test_int4_refuses_shapes_the_kernel_cannot_take():
+    with pytest.raises(ValueError):
+        QuantLinear(quantize_int4(torch.randn(40, 64)), None, "int4", torch.float32)  # N % 16
+    QuantLinear(quantize_int4(torch.randn(40, 64)), None, "int8", torch.float32)  # int8 is fine
+
+
+@pytest.mark.parametrize("quantize", [quantize_int4, quantize_int8])
+def test_quant_embedding_dequantizes_the_looked_up_rows(quantize):
+    weight = quantize(torch.randn(100, 64))
+    embedding = QuantEmbedding(weight, torch.float32)
+    ids = torch.tensor([[3, 99, 0, 3]])
+    assert torch.allclose(embedding(ids), weight.dequantize()[ids], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tiny_quantized():
+    """A tiny Qwen2 with int4 weights (int8 where the shape does not fit) and bf16 activations,
+    and a dense copy holding the same (dequantized) weights."""
+    dense = tiny_qwen2(seed=0, vocab=96, hidden=64)
+    weights = quantize_dense(dense.state_dict(), "int4")
+    model = build_quantized(dense.config, weights, torch.float32)
+    dequantized = {
+        k: v if isinstance(v, torch.Tensor) else v.dequantize() for k, v in weights.items()
+    }
+    dense.load_state_dict(dequantized)
+    return model, dense
+
+
+def test_quantized_model_computes_what_its_dequantized_weights_do(tiny_quantized):
+    model, dense = tiny_quantized
+    ids = torch.tensor([[1, 5, 9, 20, 3, 7]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, dense(ids).logits, atol=1e-4)
+    assert isinstance(model.lm_head, QuantLinear) and model.lm_head.kind == "int4"
+    assert isinstance(model.model.embed_tokens, QuantEmbedding)
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 11, 12, 13, 5, 6], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_speculative_equals_plain_on_a_quantized_bf16_model(prompt):
+    dense = tiny_qwen2(seed=3, vocab=96, hidden=64)
+    model = build_quantized(dense.config, quantize_dense(dense.state_dict()), torch.bfloat16)
+    engine = Engine(
+        CachedModel(model, prefill_chunk=8),
+        policy=SpeculationPolicy(draft_mode="off"),
+        ngram=NgramProposer(min_ngram=1, branches=3),
+    )
+    engine.calibrate()
+    # the int4 kernel computes every row alone: no padding row is needed for exactness
+    assert engine.pad_single_row is False
+    engine.policy = SpeculationPolicy(draft_mode="off")  # unmeasured: verify all it is offered
+    spec = engine.generate(prompt, GenerationParams(max_tokens=40)).run()
+    plain = engine.generate(prompt, GenerationParams(max_tokens=40, speculate=False))
+    assert spec == plain.run() == naive_greedy(model, prompt, 40)
+    assert plain.stats.target_passes == 39
+
+
+def test_kernel_plan_is_measured_once_per_machine_and_then_read(tmp_path, monkeypatch):
+    dense = tiny_qwen2(seed=0, vocab=96, hidden=64)
+    weights = quantize_dense(dense.state_dict(), "int4")
+    cache = tmp_path / "plan.json"
+    plan = kernels.load_or_measure(weights, cache)
+    assert plan.dtype in kernels.DTYPES and set(plan.kernels) >= {"q_proj", "down_proj"}
+    for proj, kernel in plan.kernels.items():  # what was chosen was timed at every width
+        assert plan.timings_ms[plan.dtype][proj][kernel].keys() == {1, 2, 4, 8}
+    saved = json.loads(cache.read_text())
+    assert saved[kernels.machine_fingerprint()]["dtype"] == plan.dtype
+
+    def measure_again(*args, **kwargs):
+        raise AssertionError("measured twice on the same machine")
+
+    monkeypatch.setattr(kernels, "measure", measure_again)
+    again = kernels.load_or_measure(weights, cache)
+    assert (again.dtype, again.kernels) == (plan.dtype, plan.kernels)
+    forced = kernels.load_or_measure(weights, cache, force="int8")
+    assert (
+        forced.kernel_for(
+            "model.layers.0.mlp.up_proj", weights["model.layers.0.mlp.up_proj.weight"]
+        )
+        == "int8"
+    )
+    monkeypatch.setattr(kernels, "machine_fingerprint", lambda: "another machine")
+    with pytest.raises(AssertionError, match="measured twice"):
+        kernels.load_or_measure(weights, cache)
+
+
+def test_a_damaged_plan_file_is_measured_again(tmp_path):
+    cache = tmp_path / "plan.json"
+    cache.write_text("{not json")
+    weights = quantize_dense(tiny_qwen2(seed=0, vocab=96, hidden=64).state_dict(), "int4")
+    assert kernels.load_or_measure(weights, cache).dtype in kernels.DTYPES
+    assert json.loads(cache.read_text())["format"] == kernels.PLAN_FORMAT
+
+
+def test_quantize_mode_per_device_and_source():
+    default = load_manifest()
+    assert quantize_mode(default, "cpu") == "auto"
+    assert uses_quantized_form(default.target, "auto")
+    dense = ModelSource(source="hf-dir", label="dense", path="/somewhere")
+    assert not uses_quantized_form(dense, "auto")  # a dense model is not degraded unasked
+    assert uses_quantized_form(dense, "int8")
+    assert quantize_mode(default, "cuda") == "off"  # the kernels are CPU-only
+    assert quantize_mode(default, "cpu", "off") == "off"
+    with pytest.raises(ModelError):
+        quantize_mode(default, "cuda:0", "int4")
+    with pytest.raises(ModelError):
+        quantize_mode(default, "cpu", "int3")
