@@ -9,14 +9,29 @@ operations:
   attention mask) and return the logits at each of them;
 * ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
   (the accepted path of a token tree), dropping the rest.
+
+It holds several caches (*slots*): one per place recently completed or warmed. A prompt that
+shares only part of what the current cache holds (a jump to another place, another document)
+leaves that cache whole, parked, and continues on a copy of the shared part; a later prompt
+picks whichever slot shares the longest prefix with it, so returning to a place costs nothing.
+The copy is cheap: cache tensors are never changed in place (appending makes new ones), so the
+shared part starts as views of the parked slot's tensors.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
 import torch
+
+from .attention import prefill_attention
+
+# A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
+# keystroke drops the previous completion's tokens, no more); a larger difference is another
+# place, and the current slot is parked.
+PARK_MIN_TOKENS = 96
 
 
 class Cancelled(Exception):
@@ -35,7 +50,7 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 class CachedModel:
     """One resident model and its reusable KV cache (batch size 1)."""
 
-    def __init__(self, model: torch.nn.Module, prefill_chunk: int = 256) -> None:
+    def __init__(self, model: torch.nn.Module, prefill_chunk: int = 256, slots: int = 4) -> None:
         from transformers import DynamicCache
 
         self.model = model
@@ -44,6 +59,8 @@ class CachedModel:
         self._new_cache = lambda: DynamicCache(config=model.config)
         self.cache = self._new_cache()
         self.ids: list[int] = []  # the tokens whose keys/values are in the cache, in order
+        self.slots = slots
+        self.parked: list[tuple[list[int], object]] = []  # other slots, most recent first
         self.forward_calls = 0
 
     # -- cache surgery ----------------------------------------------------------------------
@@ -75,9 +92,32 @@ class CachedModel:
         self.ids = self.ids[:n] + [self.ids[i] for i in extra]
 
     def reset(self) -> None:
-        """Forget everything cached."""
+        """Forget everything cached, in every slot."""
         self.cache = self._new_cache()
         self.ids = []
+        self.parked = []
+
+    def _select_slot(self, ids: list[int]) -> None:
+        """Make current the slot sharing the longest prefix with ``ids``; park it instead and
+        continue on a copy of the shared part when ``ids`` leaves much of it unshared."""
+        shared, best = common_prefix_len(self.ids, ids), None
+        for i, (parked_ids, _) in enumerate(self.parked):
+            n = common_prefix_len(parked_ids, ids)
+            if n > shared:
+                best, shared = i, n
+        if best is not None:
+            parked_ids, parked_cache = self.parked.pop(best)
+            self._park()
+            self.ids, self.cache = parked_ids, parked_cache
+        if len(self.ids) - shared > PARK_MIN_TOKENS and self.slots > 1:
+            self._park()
+            self.cache = _fork(self.cache, shared) if shared else self._new_cache()
+            self.ids = self.ids[:shared]
+
+    def _park(self) -> None:
+        if self.ids:
+            self.parked.insert(0, (self.ids, self.cache))
+            del self.parked[self.slots - 1 :]  # the least recently used slot goes
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -129,6 +169,7 @@ class CachedModel:
         """
         if not ids:
             raise ValueError("cannot prefill an empty prompt")
+        self._select_slot(ids)
         reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
         self.crop(reuse)
         logits = None
@@ -136,9 +177,22 @@ class CachedModel:
         for start in range(reuse, len(ids), step):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            logits = self.forward(ids[start : start + step], all_logits=False)
+            with prefill_attention():
+                logits = self.forward(ids[start : start + step], all_logits=False)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
+
+
+def _fork(cache, n: int):
+    """A cache holding the first ``n`` positions of ``cache``, as views: appending to either
+    makes new tensors (``torch.cat``), so the two never change each other."""
+    forked = copy.copy(cache)
+    forked.layers = [copy.copy(layer) for layer in cache.layers]
+    for layer in forked.layers:
+        if getattr(layer, "keys", None) is not None:
+            layer.keys = layer.keys[..., :n, :]
+            layer.values = layer.values[..., :n, :]
+    return forked
 
 
 def timed(fn, *args, **kwargs):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .attention import use_rowwise_attention
+from .attention import prefill_attention, use_rowwise_attention
 from .draft import DraftProposer
 from .kvcache import CachedModel, Cancelled, common_prefix_len, timed
 from .ngram import NgramProposer
@@ -36,6 +36,7 @@ from .verify import logits_to_probs, sample, walk_tree
 # Given every token generated so far, return how many to keep if generation must stop there
 # (syntax-aware rules plug in here), or None to go on.
 StopRule = Callable[[list[int]], "int | None"]
+PREFILL_CHUNK_S = 1.0  # seconds of prefill between two looks at a request's cancel flag
 
 
 @dataclass
@@ -169,7 +170,10 @@ class Engine:
         ids = [(7 * i + 100) % vocab for i in range(context_len)]
         self.pad_single_row = not _one_row_is_exact(self.target, ids)
         chunk = [(11 * i + 50) % vocab for i in range(64)]
-        self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
+        with prefill_attention():
+            self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
+        # A request's prefill stops for a cancel between chunks: keep them to about a second.
+        self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in (1, 2, 4, 8):
             rows = 2 if width == 1 and self.pad_single_row else width
             self.policy.observe_pass(width, _pass_seconds(self.target, ids, ids[:rows]))
@@ -372,15 +376,17 @@ class Engine:
             self.policy.observe_draft(draft_s, proposed, taken)
 
 
-def _pass_seconds(model: CachedModel, ids: list[int], tokens: list[int]) -> float:
-    """Seconds for one pass over ``tokens`` after ``ids`` (second try: the first pays set-up
-    costs)."""
+def _pass_seconds(model: CachedModel, ids: list[int], tokens: list[int], repeats: int = 3) -> float:
+    """Median seconds for one pass over ``tokens`` after ``ids`` (after a first pass that pays
+    set-up costs)."""
     model.prefill(ids)
-    for _ in range(2):
+    times = []
+    for _ in range(repeats + 1):
         _, seconds = timed(model.forward, tokens, all_logits=False)
         model.crop(len(ids))
+        times.append(seconds)
     model.reset()
-    return seconds
+    return sorted(times[1:])[repeats // 2]
 
 
 def _one_row_is_exact(model: CachedModel, ids: list[int]) -> bool:

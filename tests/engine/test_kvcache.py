@@ -42,3 +42,39 @@ def test_prefill_cancels_between_chunks(target_model):
     cancel.set()
     with pytest.raises(Cancelled):
         cached.prefill(list(range(1, 20)), cancel)
+
+
+def test_a_jump_parks_the_old_place_and_a_return_reuses_it(target_model):
+    from codespec.engine.kvcache import PARK_MIN_TOKENS
+
+    cached = CachedModel(target_model, prefill_chunk=64, slots=3)
+    shared = list(range(1, 41))
+    place_a = shared + [50 + i % 40 for i in range(PARK_MIN_TOKENS + 20)]
+    place_b = shared + [7 + i % 30 for i in range(PARK_MIN_TOKENS + 10)]
+    logits_a, _, _ = cached.prefill(place_a)
+    _, reused, _ = cached.prefill(place_b)
+    assert reused == len(shared)  # the shared prefix came from the first place's cache
+    again, reused, computed = cached.prefill(place_a)
+    assert (reused, computed) == (len(place_a) - 1, 1)  # the first place was kept whole
+    assert torch.allclose(again, logits_a, atol=1e-5)
+    cold = CachedModel(target_model).prefill(place_a)[0]
+    assert torch.allclose(again, cold, atol=1e-5)
+
+
+def test_the_least_recently_used_place_is_dropped(target_model):
+    from codespec.engine.kvcache import PARK_MIN_TOKENS
+
+    cached = CachedModel(target_model, slots=2)
+    places = [[p] + [p + 1 + i % 20 for i in range(PARK_MIN_TOKENS + 5)] for p in (1, 30, 60)]
+    for ids in places:
+        cached.prefill(ids)
+    assert len(cached.parked) == 1 and cached.parked[0][0] == places[1]
+    assert cached.prefill(places[0])[1] == 0  # gone: computed again from scratch
+
+
+def test_typing_stays_in_the_same_slot(target_model):
+    cached = CachedModel(target_model, slots=3)
+    cached.prefill(list(range(1, 60)))
+    cached.forward([61, 62, 63])  # a completion's tokens after the prompt
+    cached.prefill(list(range(1, 60)) + [70])  # the user typed something else
+    assert cached.parked == []
