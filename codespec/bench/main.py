@@ -170,6 +170,14 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
+def window_text(settings: dict) -> str:
+    limits = f"{settings['prefix_tokens']} / {settings['suffix_tokens']} tokens"
+    seconds = settings.get("prompt_seconds") or 0
+    if not seconds:
+        return f"{limits} (fixed)"
+    return f"sized to a {seconds:g} s cold prefill within {limits} (the daemon's default)"
+
+
 def cpu_model() -> str:
     for line in _cpuinfo().splitlines():
         if line.startswith("model name") and ":" in line:
@@ -270,8 +278,9 @@ def write_docs(result: dict, docs: Path) -> None:
         f"{result['machine']['device']} / {result['machine']['dtype']}, torch "
         f"{result['machine']['torch']}. Model: {result['model']}. Seed {settings['seed']}, "
         f"{settings['per_kind']} hole(s) per language and kind, at most "
-        f"{settings['max_tokens']} new tokens, prompt windows {settings['prefix_tokens']} / "
-        f"{settings['suffix_tokens']} tokens (the daemon's defaults), stop rules on.",
+        f"{settings['max_tokens']} new tokens, prompt windows {window_text(settings)}, stop "
+        f"rules on. CPU kind: {result['machine'].get('cpu_kind', '?')}; weights: "
+        f"{result['machine'].get('quantization', '?')}.",
         "",
         *report.markdown_table(result),
         "",
@@ -290,14 +299,16 @@ def write_docs(result: dict, docs: Path) -> None:
         f"- Target pass cost by width, the policy's running averages at the end (s; noisy on a "
         f"shared machine): {widths}; draft step / one-token pass: "
         f"{report.fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
-        f"- Memory: peak RSS {result['memory']['peak']['rss_mb']:.0f} MB "
-        f"({result['memory']['after_load']['rss_mb']:.0f} MB after loading); loading the "
-        f"prepared pair {result['load_s']:.1f} s.",
+        f"- Memory: RSS {report.fmt(result['memory']['after_load'].get('rss_now_mb'), '{:.0f}')}"
+        f" MB after loading, {report.fmt(result['memory']['peak'].get('rss_now_mb'), '{:.0f}')}"
+        f" MB at the end, peak {result['memory']['peak']['rss_mb']:.0f} MB (during loading); "
+        f"loading the prepared pair {result['load_s']:.1f} s.",
         "- Mismatches between speculative and plain greedy: "
         + (", ".join(s["mismatches"]) or "none")
-        + ". Row-wise attention and padded one-token passes make a position's logits "
-        "independent of the pass width, bf16 included (`codespec/engine/attention.py`): any "
-        "mismatch is a bug; the gap shown is the target's top-2 logit gap where it starts.",
+        + ". Row-wise attention and row-wise kernels (int4/int8; dense GEMMs get a padding "
+        "row where a one-row pass rounds differently) make a position's logits independent of "
+        "the pass width (`codespec/engine/attention.py`): any mismatch is a bug; the gap shown "
+        "is the target's top-2 logit gap where it starts.",
         "",
         *images,
         "",

@@ -159,9 +159,23 @@ def divergence_gap(
     return float(top[0] - top[1])
 
 
+def current_rss_mb() -> float | None:
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_memory_mb() -> dict:
-    """Peak resident memory of this process (and of the GPU when there is one)."""
-    peak = {"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    """Peak and current resident memory of this process (and the GPU's peak when there is
+    one)."""
+    peak = {
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_now_mb": current_rss_mb(),
+    }
     if torch.cuda.is_available():
         peak["cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return peak
