@@ -240,7 +240,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(report.table(result))
     if "peer" in result:
-        print(peer_table(result["peer"]))
+        print(peer_table(result["peer"], result["machine"].get("quantization", "")))
     if result["missing"]:
         print("skipped: " + "; ".join(result["missing"]))
     if args.json:
@@ -253,10 +253,10 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def peer_table(peer: dict) -> str:
+def peer_table(peer: dict, weights: str = "") -> str:
     from .peer import peer_lines
 
-    return "\n".join(peer_lines(peer))
+    return "\n".join(peer_lines(peer, weights))
 
 
 def write_docs(result: dict, docs: Path) -> None:
@@ -316,7 +316,13 @@ def write_docs(result: dict, docs: Path) -> None:
     if "peer" in result:
         from .peer import peer_lines
 
-        lines += ["### Peer: llama.cpp on the same holes", "", *peer_lines(result["peer"]), ""]
+        weights = result["machine"].get("quantization", "")
+        lines += [
+            "### Peer: llama.cpp on the same holes",
+            "",
+            *peer_lines(result["peer"], weights),
+            "",
+        ]
     lines += [
         f"Corpus: {len(result['corpus']['holes'])} holes from "
         + ", ".join(sorted({src["label"] for src in result["corpus"]["sources"]}))

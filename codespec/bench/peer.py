@@ -1,5 +1,5 @@
 """`codespec bench --peer llama.cpp`: the same holes through llama.cpp (llama-cpp-python), on the
-GGUF file our target was dequantized from, greedy, with and without its prompt-lookup decoding.
+GGUF file our target's weights come from, greedy, with and without its prompt-lookup decoding.
 
 Each hole's prompt is our FIM prompt, token for token (the GGUF carries the same vocabulary), and
 generation stops where ours does: at end-of-text, the token limit, or our stop rules (checked
@@ -145,11 +145,13 @@ def summarize(records: list[dict], ours: list[dict]) -> dict:
     return out
 
 
-def peer_lines(peer: dict) -> list[str]:
+def peer_lines(peer: dict, weights: str = "") -> list[str]:
     s = peer["summary"]
+    ours = weights or "the same weights"
     lines = [
         f"Same {s['holes']} holes, prompt cached, greedy, same stop rules; llama.cpp on "
-        f"`{peer['model']}` (quantized), codespec on its bf16 dequantization.",
+        f"`{peer['model']}` (Q4_K/Q6_K blocks, int8 activations in its dot products), "
+        f"codespec on {ours}.",
         "",
         "| engine | tok/s | total p50 | ttft p50 (keystroke) | cold ttft p50 |",
         "|---|---|---|---|---|",
@@ -163,7 +165,7 @@ def peer_lines(peer: dict) -> list[str]:
         "",
         f"- llama.cpp greedy output identical to codespec's: "
         f"{s['llama.cpp plain matches codespec plain']} of {s['holes']} holes (different "
-        "kernels and weights precision: Q4_K_M blocks vs bf16).",
+        "kernels and arithmetic: llama.cpp rounds activations to 8 bits in its dot products).",
         f"- llama.cpp prompt lookup output identical to its own greedy: "
         f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
     ]

@@ -16,16 +16,11 @@ plain decoding would. Two things make a row's numbers depend on the width of its
 
 With both, the logits of a position are bit-identical whether it was computed by plain
 decoding or inside any verification chain or tree (``tests/engine/test_exactness.py``).
-Prefill chunks (``prefill_attention``), whatever their size, and passes wider than
-``ROW_WISE_MAX_ROWS`` use the fused SDPA path: a prompt is prefilled the same way for plain and
-speculative decoding, so its rows need no independence from the pass width.
+Passes wider than ``ROW_WISE_MAX_ROWS`` (prefill chunks) use the fused SDPA path: prefill is
+the same computation for plain and speculative decoding.
 """
 
 from __future__ import annotations
-
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -35,17 +30,6 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "codespec_rowwise"
 ROW_WISE_MAX_ROWS = 64
-_prefilling = threading.local()
-
-
-@contextmanager
-def prefill_attention() -> Iterator[None]:
-    """Within this block attention runs fused, one call per layer (a prefill chunk)."""
-    _prefilling.on = True
-    try:
-        yield
-    finally:
-        _prefilling.on = False
 
 
 def rowwise_attention(
@@ -60,7 +44,7 @@ def rowwise_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     _, heads, q, dim = query.shape
-    if q > ROW_WISE_MAX_ROWS or query.shape[0] != 1 or getattr(_prefilling, "on", False):
+    if q > ROW_WISE_MAX_ROWS or query.shape[0] != 1:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )

@@ -26,8 +26,6 @@ import time
 
 import torch
 
-from .attention import prefill_attention
-
 # A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
 # keystroke drops the previous completion's tokens, no more); a larger difference is another
 # place, and the current slot is parked.
@@ -177,8 +175,7 @@ class CachedModel:
         for start in range(reuse, len(ids), step):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            with prefill_attention():
-                logits = self.forward(ids[start : start + step], all_logits=False)
+            logits = self.forward(ids[start : start + step], all_logits=False)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .attention import prefill_attention, use_rowwise_attention
+from .attention import use_rowwise_attention
 from .draft import DraftProposer
 from .kvcache import CachedModel, Cancelled, common_prefix_len, timed
 from .ngram import NgramProposer
@@ -170,8 +170,7 @@ class Engine:
         ids = [(7 * i + 100) % vocab for i in range(context_len)]
         self.pad_single_row = not _one_row_is_exact(self.target, ids)
         chunk = [(11 * i + 50) % vocab for i in range(64)]
-        with prefill_attention():
-            self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
+        self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
         # A request's prefill stops for a cancel between chunks: keep them to about a second.
         self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in (1, 2, 4, 8):

@@ -33,6 +33,9 @@ WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 WIDTH_PROBE_GAP = 64  # passes before a width the choice never uses is measured again
 WIDTH_PROBE_MAX_GAP = 1024
 ACCEPTANCE_PROBE_GAP = 16  # passes with an unverified offer before one token of it is tried
+# A speculative pass must promise this much more than a plain one: pass costs are averages
+# taken at other context lengths and moments, and a gain inside their noise is no gain.
+MARGIN = 1.05
 EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
 
 
@@ -107,7 +110,7 @@ class SpeculationPolicy:
         self.draft_enabled = draft_mode != "off"  # a draft model exists and may run
         self.pass_s = {b: Ema() for b in WIDTH_BUCKETS}
         self.draft_step_s = Ema()
-        self.ngram = {b: Acceptance(prior=0.5) for b in EVIDENCE_BUCKETS}
+        self.ngram = {b: Acceptance(prior=0.35) for b in EVIDENCE_BUCKETS}
         self.draft = Acceptance(prior=0.6)
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
@@ -171,7 +174,7 @@ class SpeculationPolicy:
         """k*: how many tokens of a proposed chain to verify, given each token's acceptance
         (given the ones before it were accepted): E(k) = 1 + sum over i <= k of a_1 ... a_i."""
         offered = min(len(rates), self.max_nodes_limit)
-        best_k, best_rate = 0, 1.0 / self.verify_cost(1)
+        best_k, best_rate = 0, MARGIN / self.verify_cost(1)
         expected, kept = 1.0, 1.0
         for k in range(1, offered + 1):
             kept *= min(max(rates[k - 1], 0.0), 1.0)
