@@ -168,6 +168,12 @@ def test_a_recorded_corpus_is_cut_again_exactly(corpus_dir):
     described[1]["package"] = "npm:left-pad@0.0.1"
     with pytest.raises(ValueError, match="not in the corpus"):
         corpus.recut(packages, described)
+    # a rerun cuts what it still can and names what it cannot (a mirror that moved on)
+    kept, skipped = corpus.recut_available(packages, described)
+    assert kept == [holes[0], holes[2]]
+    assert skipped == [
+        "npm:left-pad@0.0.1 is not in the corpus (codespec bench --fetch): 1 hole(s) skipped"
+    ]
 
 
 @pytest.mark.parametrize("language", ["lua", "javascript"])

@@ -280,6 +280,20 @@ def recut(packages_: list[Package], described: list[dict]) -> list[Hole]:
     return holes
 
 
+def recut_available(
+    packages_: list[Package], described: list[dict]
+) -> tuple[list[Hole], list[str]]:
+    """Like ``recut``, but holes whose package version or file cannot be had here (a Debian
+    mirror that moved on, say) are skipped and named instead of failing the whole run."""
+    holes, skipped = [], {}
+    for d in described:
+        try:
+            holes += recut(packages_, [d])
+        except ValueError as exc:
+            skipped[str(exc)] = skipped.get(str(exc), 0) + 1
+    return holes, [f"{why}: {n} hole(s) skipped" for why, n in skipped.items()]
+
+
 def spread(packages_: list[Package], rng: random.Random) -> list[tuple[Package, Path]]:
     """Every file of the packages in a random order that takes turns between packages, so a
     small package is sampled as often as a large one."""

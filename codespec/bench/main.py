@@ -72,10 +72,8 @@ def holes_from(
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BenchError(f"{recorded}: not a codespec bench JSON ({exc})") from None
     present = corpus.packages(corpus_dir)
-    try:
-        return corpus.recut(present, described), present, []
-    except ValueError as exc:
-        raise BenchError(str(exc)) from None
+    holes, skipped = corpus.recut_available(present, described)
+    return holes, present, skipped
 
 
 def run(args: argparse.Namespace, log=print) -> dict:
