@@ -231,6 +231,7 @@ class Engine:
             rng = torch.Generator(device="cpu")
             rng.manual_seed(params.seed if params.seed is not None else int(time.time_ns()))
         with self.lock:
+            self.policy.begin_request()
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(

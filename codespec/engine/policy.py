@@ -16,8 +16,9 @@ costs ``T(w)`` seconds. So the decode loop verifies the ``k`` that maximises tok
 chains pay; on a 2-core CPU with int4 weights a pass of 8 rows costs ~3x a pass of one, so only
 the first few tokens of a likely chain do. ``a`` is measured per proposer and per *context*:
 for n-gram lookup the length of the match that produced the span (a 6-token match predicts
-far better than a 1-token one). Wider branches of the tree ride along only where they fit in
-the chosen width bucket at no extra cost.
+far better than a 1-token one), blended with what the current request has seen so far (a
+completion where lookup keeps missing stops paying for it within a few passes). Wider branches
+of the tree ride along only where they fit in the chosen width bucket at no extra cost.
 
 The draft model runs only when its expected rate, its own steps included, beats not running it;
 while it is off it is re-probed with growing gaps (16, 32, ... 512 passes). Widths the choice
@@ -37,6 +38,7 @@ ACCEPTANCE_PROBE_GAP = 16  # passes with an unverified offer before one token of
 # taken at other context lengths and moments, and a gain inside their noise is no gain.
 MARGIN = 1.05
 EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
+REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
 
 
 def chain_expected(a_first: float, n_first: int, a_then: float, n_then: int) -> float:
@@ -111,6 +113,7 @@ class SpeculationPolicy:
         self.pass_s = {b: Ema() for b in WIDTH_BUCKETS}
         self.draft_step_s = Ema()
         self.ngram = {b: Acceptance(prior=0.35) for b in EVIDENCE_BUCKETS}
+        self.request_ngram = [0.0, 0.0]  # this request's n-gram acceptances and rejections
         self.draft = Acceptance(prior=0.6)
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
@@ -147,11 +150,21 @@ class SpeculationPolicy:
             self.draft_step_s.add(s)
         self.draft.add(proposed, accepted)
 
+    def begin_request(self) -> None:
+        self.request_ngram = [0.0, 0.0]
+
     def observe_ngram(self, evidence: int, proposed: int, accepted: int) -> None:
         self.ngram[evidence_bucket(evidence)].add(proposed, accepted)
+        if proposed > 0:
+            self.request_ngram[0] += accepted
+            self.request_ngram[1] += 1 if accepted < proposed else 0
 
     def ngram_rate(self, evidence: int) -> float:
-        return self.ngram[evidence_bucket(evidence)].rate
+        """Acceptance of an n-gram span backed by a match of ``evidence`` tokens: the long-run
+        rate for such matches, updated by this request's own record."""
+        prior = self.ngram[evidence_bucket(evidence)].rate
+        accepted, rejected = self.request_ngram
+        return (accepted + REQUEST_WEIGHT * prior) / (accepted + rejected + REQUEST_WEIGHT)
 
     # -- decisions ------------------------------------------------------------------------------
 

@@ -322,9 +322,9 @@ async def inline_completion(
         options,
         os.path.basename(doc.path),
         other_documents(ls, uri),
-        on_text,
         current_version,
         anchors=state.anchors,
+        on_text=on_text,
     )
     future = worker.submit(job)
     try:

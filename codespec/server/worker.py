@@ -47,7 +47,9 @@ class CancelEvent(threading.Event):
 
 
 @dataclass
-class Job:
+class Place:
+    """Where in which document a prompt is wanted, and how to build it."""
+
     session: int
     uri: str
     version: int
@@ -55,27 +57,24 @@ class Job:
     options: CompletionOptions
     path: str = ""
     extra_files: tuple[tuple[str, str], ...] = ()
-    on_text: Callable[[str], None] | None = None
     current_version: Callable[[], int | None] = lambda: None
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
+
+
+@dataclass
+class Job(Place):
+    """A completion request: someone waits for its future."""
+
+    on_text: Callable[[str], None] | None = None
     cancel: CancelEvent = field(default_factory=CancelEvent)
     future: Future = field(default_factory=Future)
     submitted: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
-class WarmJob:
+class WarmJob(Place):
     """Prefill the prompt for a likely next request; nobody waits for it."""
 
-    session: int
-    uri: str
-    version: int
-    cursor: Cursor
-    options: CompletionOptions
-    path: str = ""
-    extra_files: tuple[tuple[str, str], ...] = ()
-    current_version: Callable[[], int | None] = lambda: None
-    anchors: dict | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
 

@@ -46,6 +46,7 @@ def test_acceptance_is_learned_per_match_length():
     for _ in range(40):
         policy.observe_ngram(evidence=6, proposed=8, accepted=8)  # long matches hold
         policy.observe_ngram(evidence=1, proposed=8, accepted=0)  # one-token matches do not
+    policy.begin_request()  # (this test's request saw both kinds)
     assert policy.ngram_rate(6) > 0.9 and policy.ngram_rate(1) < 0.1
     assert policy.chain_length([policy.ngram_rate(6)] * 8) >= 3
     assert policy.chain_length([policy.ngram_rate(1)] * 8) == 0
@@ -89,3 +90,16 @@ def test_a_width_that_stays_expensive_is_probed_less_and_less():
             policy.observe_pass(2, 0.21)
     assert policy.chain_length([0.9] * 8) == 1
     assert probes == 3  # after 64, then 128, then 256 more passes (the gap doubles)
+
+
+def test_a_request_where_lookup_keeps_missing_stops_verifying_it():
+    policy = policy_with(CPU_COSTS)
+    for _ in range(40):
+        policy.observe_ngram(evidence=2, proposed=4, accepted=1)  # long run: a = 0.5
+    policy.begin_request()
+    assert policy.chain_length([policy.ngram_rate(2)] * 4) >= 1
+    for _ in range(4):  # this request: four misses in a row
+        policy.observe_ngram(evidence=2, proposed=1, accepted=0)
+    assert policy.chain_length([policy.ngram_rate(2)] * 4) == 0
+    policy.begin_request()  # the next request starts from the long-run rate again
+    assert policy.ngram_rate(2) > 0.4
