@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from .files import MAX_DOCUMENT_BYTES, FileError, read_text
 from .models import DEFAULT_PAIR, ModelError
 
 EXIT_USAGE = 2
@@ -174,11 +175,9 @@ def cmd_complete(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         raise UsageError("--temperature must be >= 0")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        text = read_text(path, MAX_DOCUMENT_BYTES)
+    except FileError as exc:
+        raise UsageError(str(exc)) from None
     try:
         prefix, suffix = split_at(text, line, col)
     except ValueError as exc:
@@ -267,7 +266,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .runtime import load_pair
     from .server.config import load_file
-    from .server.daemon import Daemon, default_socket, read_or_create_token, run_daemon
+    from .server.daemon import (
+        Daemon,
+        DaemonRunning,
+        TokenError,
+        default_socket,
+        read_or_create_token,
+        run_daemon,
+    )
 
     if args.tcp is not None:
         try:
@@ -296,10 +302,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_delay_s=args.test_load_delay,
     )
     socket_path = Path(args.socket) if args.socket else default_socket()
-    token = read_or_create_token() if args.tcp is not None else None
-    asyncio.run(
-        run_daemon(daemon, socket_path, args.tcp, args.host, token, status=not args.no_status)
-    )
+    try:
+        token = read_or_create_token() if args.tcp is not None else None
+    except TokenError as exc:
+        raise UsageError(f"not serving TCP: {exc}") from None
+    try:
+        asyncio.run(
+            run_daemon(daemon, socket_path, args.tcp, args.host, token, status=not args.no_status)
+        )
+    except DaemonRunning as exc:
+        print(f"codespec: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -310,7 +323,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_lsp(args: argparse.Namespace) -> int:
-    from .server.daemon import default_socket
+    from .server.daemon import TokenError, default_socket
     from .server.relay import Relay, connect, connect_or_start
 
     if args.tcp is not None:
@@ -329,6 +342,8 @@ def cmd_lsp(args: argparse.Namespace) -> int:
         relay = Relay(connect_fn, sys.stdin.buffer, sys.stdout.buffer)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the codespec daemon: {exc}") from None
+    except TokenError as exc:
+        raise UsageError(f"cannot authenticate to the daemon: {exc}") from None
     return relay.run()
 
 

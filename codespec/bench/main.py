@@ -10,10 +10,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..files import FileError, read_text
 from ..languages import LANGUAGES
 from . import corpus, report
 from .runner import BenchSettings, peak_memory_mb, run_hole
 
+MAX_JSON_BYTES = 256 << 20
 QUICK = dict(languages=("python",), kinds=corpus.KINDS, per_kind=1, max_tokens=32)
 
 
@@ -68,8 +70,10 @@ def holes_from(
 ) -> tuple[list[corpus.Hole], list[corpus.Package], list[str]]:
     """The holes of an earlier run's JSON, cut again from the same files."""
     try:
-        described = json.loads(recorded.read_text())["corpus"]["holes"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        described = json.loads(read_text(recorded, MAX_JSON_BYTES))["corpus"]["holes"]
+    except FileError as exc:
+        raise BenchError(str(exc)) from None
+    except (ValueError, KeyError, TypeError) as exc:
         raise BenchError(f"{recorded}: not a codespec bench JSON ({exc})") from None
     present = corpus.packages(corpus_dir)
     holes, skipped = corpus.recut_available(present, described)
@@ -227,7 +231,11 @@ def pass_costs(pair) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     if args.docs_from:
-        result = json.loads(Path(args.docs_from).read_text())
+        try:
+            result = json.loads(read_text(args.docs_from, MAX_JSON_BYTES))
+        except (FileError, ValueError) as exc:
+            print(f"codespec: error: {args.docs_from}: not a bench JSON ({exc})", file=sys.stderr)
+            return 2
         write_docs(result, Path(args.docs))
         print(f"wrote {args.docs}")
         return 0

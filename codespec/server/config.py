@@ -13,6 +13,8 @@ from typing import Any
 
 import platformdirs
 
+from ..files import MAX_SMALL_FILE_BYTES, FileError, read_text
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -119,13 +121,20 @@ def config_path() -> Path:
 
 
 def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
-    """Settings from the TOML file (missing file: defaults)."""
+    """Settings from the TOML file (the default one missing: defaults). Any file that cannot
+    be read as TOML (a directory, not UTF-8, too large, bad syntax) gives one warning and the
+    defaults, never a crash."""
+    explicit = path is not None
     path = path or config_path()
-    if not path.is_file():
+    if not explicit and not path.exists():
         return Settings(), []
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(read_text(path, MAX_SMALL_FILE_BYTES))
+    except FileError as exc:
+        return Settings(), [f"{exc}; using defaults"]
+    except tomllib.TOMLDecodeError as exc:
         return Settings(), [f"{path}: {exc}; using defaults"]
+    if not isinstance(data.get("completion", data), dict):
+        return Settings(), [f"{path}: [completion] must be a table; using defaults"]
     settings, problems = merge(Settings(), data.get("completion", data))
     return settings, [f"{path}: {p}" for p in problems]

@@ -10,10 +10,12 @@ in the background, and requests wait for it.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
@@ -24,13 +26,17 @@ from pathlib import Path
 
 import platformdirs
 
+from ..files import FileError, read_text, write_private
 from .config import Settings
 from .framing import FramingError, read_frame
 from .session import create_session, serve_connection, worker_stats
-from .worker import Worker
+from .worker import ModelUnavailable, Worker
 
 log = logging.getLogger("codespec.daemon")
 AUTH = "codespec/auth"
+AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
+AUTH_MAX_BODY = 4096  # ... in a frame this small
+MAX_UNAUTHENTICATED = 16  # connections waiting to authenticate at once; more are closed
 
 
 def runtime_dir() -> Path:
@@ -48,16 +54,64 @@ def token_file() -> Path:
     return Path(platformdirs.user_config_dir("codespec")) / "daemon.token"
 
 
+TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{32,256}")  # what secrets.token_urlsafe(32) writes
+
+
+class TokenError(Exception):
+    """The token file is damaged or unreadable: TCP is not served with it."""
+
+
 def read_or_create_token(path: Path | None = None) -> str:
-    """The TCP token, created once in a 0600 file."""
+    """The TCP token from its 0600 file, created once, atomically: written to a temporary
+    file, flushed to disk, then linked into place (if two processes race, one token wins and
+    both read it). A token that is not well-formed (an empty file left by a full disk, say) is
+    never used: ``TokenError`` says what to do."""
     path = path or token_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32))
-    os.chmod(path, 0o600)
-    return path.read_text().strip()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            write_private(tmp, secrets.token_urlsafe(32))
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        except OSError as exc:
+            raise TokenError(f"cannot create the token file {path}: {exc.strerror}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+    try:
+        os.chmod(path, 0o600)
+        token = read_text(path, limit=4096).strip()
+    except (OSError, FileError) as exc:
+        raise TokenError(f"cannot read the token file: {exc}") from None
+    if not TOKEN_FORMAT.fullmatch(token):
+        raise TokenError(
+            f"the token file {path} does not hold a well-formed token (empty or damaged); "
+            "delete it and a new one is made"
+        )
+    return token
+
+
+class DaemonRunning(Exception):
+    """Another daemon already owns the socket."""
+
+
+def claim_socket(socket_path: Path) -> int:
+    """Take the lock that makes this process the one daemon of ``socket_path``: a lock file
+    beside the socket, held (``flock``) for the process's whole life and released by the
+    kernel when it ends, however it ends. Returns the lock's file descriptor."""
+    lock_path = socket_path.with_name(socket_path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise DaemonRunning(
+            f"another codespec daemon (pid {owner}) already serves {socket_path}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
 
 
 @dataclass
@@ -71,7 +125,7 @@ class ModelSlot:
     def get(self) -> object:
         self.ready.wait()
         if self.error is not None:
-            raise RuntimeError(f"the model failed to load: {self.error}")
+            raise ModelUnavailable(f"the model failed to load: {self.error}")
         return self.pair
 
 
@@ -86,6 +140,7 @@ class Daemon:
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
+        self.unauthenticated = 0
 
     def load_in_background(self) -> None:
         def load() -> None:
@@ -109,9 +164,18 @@ class Daemon:
 
     async def handle(self, reader, writer, token: str | None = None) -> None:
         """One connection: authenticate (TCP), then run an LSP session on it."""
-        if token is not None and not await _authenticated(reader, token):
-            writer.close()
-            return
+        if token is not None:
+            if self.unauthenticated >= MAX_UNAUTHENTICATED:
+                writer.close()
+                return
+            self.unauthenticated += 1
+            try:
+                ok = await _authenticated(reader, token)
+            finally:
+                self.unauthenticated -= 1
+            if not ok:
+                writer.close()
+                return
         ls = create_session(self.worker, self.settings, self.slot.ready)
         session_id = ls.session.id  # type: ignore[attr-defined]
         self.sessions.add(session_id)
@@ -138,14 +202,19 @@ class Daemon:
 
 
 async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool:
+    """Whether the first frame, small and prompt, is ``codespec/auth`` with the token."""
     try:
-        body = await asyncio.wait_for(read_frame(reader), timeout=10)
+        body = await asyncio.wait_for(read_frame(reader, AUTH_MAX_BODY), AUTH_TIMEOUT_S)
         message = json.loads(body) if body else None
-    except (TimeoutError, FramingError, ValueError):
+    except (TimeoutError, FramingError, ValueError, RecursionError):
+        log.debug("connection closed: no valid codespec/auth frame")
         return False
     if not isinstance(message, dict) or message.get("method") != AUTH:
         return False
-    offered = str((message.get("params") or {}).get("token", ""))
+    params = message.get("params")
+    offered = params.get("token") if isinstance(params, dict) else None
+    if not isinstance(offered, str) or not TOKEN_FORMAT.fullmatch(offered):
+        return False  # an empty or malformed token never gets as far as a comparison
     return hmac.compare_digest(offered.encode(), token.encode())
 
 
@@ -158,9 +227,11 @@ async def run_daemon(
     status: bool = True,
     ready_file: Path | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM."""
+    """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
+    socket: exactly one may, or stopping one would unlink the socket of the other."""
     socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if socket_path.exists():
+    lock = claim_socket(socket_path)
+    if socket_path.exists():  # left by a daemon that died: nobody holds the lock
         socket_path.unlink()
     old_umask = os.umask(0o177)  # the socket file is created 0600: only this user may connect
     try:
@@ -198,6 +269,7 @@ async def run_daemon(
     daemon.worker.stop()
     if socket_path.exists():
         socket_path.unlink()
+    os.close(lock)
     print("\ncodespec: stopped", file=sys.stderr)
 
 

@@ -22,9 +22,35 @@ class FramingError(Exception):
     """The peer does not speak LSP framing: close the connection."""
 
 
-async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+class Headers:
+    """LSP header lines, checked one at a time: ``feed`` each line (with its line end) until
+    it returns True at the blank line; ``length`` is then the body's size."""
+
+    def __init__(self, max_body: int = MAX_BODY) -> None:
+        self.max_body = max_body
+        self.length: int | None = None
+
+    def feed(self, line: bytes) -> bool:
+        if len(line) > MAX_HEADER_LINE:
+            raise FramingError("header line too long")
+        if line == b"\r\n":
+            if self.length is None:
+                raise FramingError("missing Content-Length")
+            return True
+        match = HEADER.match(line)
+        if match is None:
+            raise FramingError(f"not an LSP header: {line[:40]!r}")
+        name, value = match.group(1).lower(), match.group(2)
+        if name == b"content-length":
+            if not value.isdigit() or len(value) > 12 or int(value) > self.max_body:
+                raise FramingError(f"bad Content-Length {value[:20]!r}")
+            self.length = int(value)
+        return False
+
+
+async def read_frame(reader: asyncio.StreamReader, max_body: int = MAX_BODY) -> bytes | None:
     """The next message body, or None at end of stream."""
-    length: int | None = None
+    headers = Headers(max_body)
     while True:
         try:
             line = await reader.readuntil(b"\n")
@@ -34,24 +60,31 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
             raise FramingError("connection closed inside a header") from None
         except asyncio.LimitOverrunError:
             raise FramingError("header line too long") from None
-        if len(line) > MAX_HEADER_LINE:
-            raise FramingError("header line too long")
-        if line == b"\r\n":
+        if headers.feed(line):
             break
-        match = HEADER.match(line)
-        if match is None:
-            raise FramingError(f"not an LSP header: {line[:40]!r}")
-        name, value = match.group(1).lower(), match.group(2)
-        if name == b"content-length":
-            if not value.isdigit() or int(value) > MAX_BODY:
-                raise FramingError(f"bad Content-Length {value[:20]!r}")
-            length = int(value)
-    if length is None:
-        raise FramingError("missing Content-Length")
+    length = headers.length
+    assert length is not None
     try:
         return await reader.readexactly(length)
     except asyncio.IncompleteReadError:
         raise FramingError("connection closed inside a body") from None
+
+
+def read_frame_sync(stream, max_body: int = MAX_BODY) -> bytes | None:
+    """``read_frame`` for a blocking byte stream (a pipe): the same checks."""
+    headers = Headers(max_body)
+    while True:
+        line = stream.readline(MAX_HEADER_LINE + 1)
+        if not line:
+            return None
+        if not line.endswith(b"\n") and len(line) <= MAX_HEADER_LINE:
+            raise FramingError("stream closed inside a header")
+        if headers.feed(line):
+            break
+    body = stream.read(headers.length)
+    if len(body) != headers.length:
+        raise FramingError("stream closed inside a body")
+    return body
 
 
 def frame(payload: dict) -> bytes:

@@ -12,6 +12,7 @@ documents, and the editor never notices more than that.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -22,38 +23,19 @@ from typing import BinaryIO
 
 import platformdirs
 from lsprotocol import types
-from pygls.workspace import TextDocument
-from pygls.workspace.position_codec import PositionCodec
 
 from .daemon import AUTH, read_or_create_token
-from .framing import error_reply, frame
+from .documents import Document
+from .framing import FramingError, error_reply, frame, read_frame_sync
 
 REPLAY_ID = "codespec-relay-initialize"
 
 
-def read_frame_sync(stream: BinaryIO) -> bytes | None:
-    """One message body from a blocking byte stream (None at end of stream)."""
-    length = None
-    while True:
-        line = stream.readline()
-        if not line:
-            return None
-        if line in (b"\r\n", b"\n"):
-            break
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    if length is None:
-        return None
-    body = stream.read(length)
-    return body if len(body) == length else None
-
-
 def _read_or_none(stream: BinaryIO) -> bytes | None:
-    """A frame from the daemon; a reset connection counts as its end (it died)."""
+    """A frame from the daemon; a reset connection or broken framing counts as its end."""
     try:
         return read_frame_sync(stream)
-    except OSError:
+    except (OSError, FramingError):
         return None
 
 
@@ -114,9 +96,9 @@ class SessionMirror:
         self.initialize: dict | None = None
         self.initialized = False
         self.settings: list[dict] = []
-        self.docs: dict[str, TextDocument] = {}
+        self.docs: dict[str, Document] = {}
         self.pending: dict = {}  # request id -> method, client -> daemon, not yet answered
-        self.codec = PositionCodec()
+        self.encoding = "utf-16"
         self.exited = False
 
     def from_client(self, message: dict) -> None:
@@ -133,18 +115,14 @@ class SessionMirror:
             self.settings.append(message)
         elif method == "textDocument/didOpen":
             d = params["textDocument"]
-            self.docs[d["uri"]] = TextDocument(
-                d["uri"],
-                d["text"],
-                d.get("version"),
-                d.get("languageId"),
-                position_codec=self.codec,
+            self.docs[d["uri"]] = Document(
+                d["uri"], d["text"], d.get("version"), d.get("languageId") or ""
             )
         elif method == "textDocument/didChange":
             doc = self.docs.get(params["textDocument"]["uri"])
             if doc is not None:
                 for change in params["contentChanges"]:
-                    doc.apply_change(_change(change))
+                    doc.apply(_change(change), self.encoding)
                 doc.version = params["textDocument"].get("version")
         elif method == "textDocument/didClose":
             self.docs.pop(params["textDocument"]["uri"], None)
@@ -156,9 +134,7 @@ class SessionMirror:
                 "positionEncoding"
             )
             if encoding:
-                self.codec = PositionCodec(encoding=encoding)
-                for doc in self.docs.values():
-                    doc._position_codec = self.codec
+                self.encoding = encoding
 
     def orphan_replies(self) -> list[dict]:
         """Error replies for the requests the dead daemon never answered."""
@@ -187,7 +163,7 @@ class SessionMirror:
                             "uri": doc.uri,
                             "languageId": doc.language_id or "",
                             "version": doc.version or 0,
-                            "text": doc.source,
+                            "text": doc.text,
                         }
                     },
                 }
@@ -235,7 +211,7 @@ class Relay:
                         self.lock.wait(timeout=1)
 
     def upstream(self) -> None:
-        while (body := read_frame_sync(self.stdin)) is not None:
+        while (body := self._from_editor()) is not None:
             try:
                 self.mirror.from_client(json.loads(body))
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -247,6 +223,17 @@ class Relay:
                 self.sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
+
+    def _from_editor(self) -> bytes | None:
+        """The editor's next frame, with the daemon's strict framing. Bytes that are not LSP
+        framing end the relay (exit status 1): the editor restarts a server that exits, while
+        one that stays up with its input lost would leave every later request hanging."""
+        try:
+            return read_frame_sync(self.stdin)
+        except FramingError as exc:
+            print(f"codespec lsp: bad input from the editor ({exc}); exiting", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(1)
 
     def downstream(self) -> None:
         while True:

@@ -1,8 +1,9 @@
 """One editor connection = one LSP session (pygls), all sharing the daemon's engine worker.
 
-Handlers are thin: they snapshot the document, build a job for the worker and turn its result
-into LSP types. The protocol subclass adds what plain pygls lacks: -32002 before ``initialize``,
--32600 for a second ``initialize`` or after ``shutdown``, and utf-8 positions when offered.
+Handlers are thin: they look up the session's own copy of an open document, build a job for
+the worker and turn its result into LSP types. The raw-message rules pygls lacks live in
+``lifecycle.py``, text sync and positions in ``documents.py``. A session only ever sees the
+documents its client opened: nothing is read from disk, whatever a URI names.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInternalError
+from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -26,8 +28,10 @@ from ..completion import CompletionOptions
 from ..languages import language_for
 from ..stops import Cursor, Mode, decide_mode
 from .config import Settings, merge
+from .documents import MAX_DOCUMENT_CHARS, Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
-from .worker import Job, WarmJob, Worker
+from .lifecycle import DROP, Lifecycle, admit, normalize
+from .worker import Job, ModelUnavailable, WarmJob, Worker
 
 log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
@@ -41,20 +45,34 @@ _ids = itertools.count(1)
 @dataclass
 class SessionState:
     id: int = field(default_factory=lambda: next(_ids))
-    initialized: bool = False
-    shutdown: bool = False
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     exited: bool = False
     settings: Settings = field(default_factory=Settings)
     client_pid: int | None = None
+    documents: dict[str, Document] = field(default_factory=dict)  # uri -> what the client opened
     anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
     shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, completion) last answered
     warm_timers: dict = field(default_factory=dict)  # uri -> asyncio.TimerHandle
+    too_large_logged: set = field(default_factory=set)
+
+
+class CodespecServer(LanguageServer):
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls would show the editor a message with Python exception text; log it instead
+        (a bad notification is the client's problem, not the user's)."""
+        log.debug("session error (%s): %s", getattr(source, "__name__", source), error)
 
 
 class CodespecProtocol(LanguageServerProtocol):
-    """pygls's protocol, made safe to share a process with other sessions."""
+    """pygls's protocol, made safe to share a process with other sessions; documents are kept
+    in the session (``documents.py``), not in pygls's workspace, which would read a URI it
+    does not know from disk."""
 
     session: SessionState
+
+    @property
+    def encoding(self) -> str:
+        return str(getattr(self._workspace, "position_encoding", None) or "utf-16")
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> None:
@@ -63,52 +81,62 @@ class CodespecProtocol(LanguageServerProtocol):
         if self.writer is not None:
             self.writer.close()
 
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        self.session.documents[item.uri] = Document(
+            item.uri, item.text, item.version, item.language_id or ""
+        )
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        doc = self.session.documents.get(params.text_document.uri)
+        if doc is None:
+            log.debug("didChange for a document that is not open: ignored")
+            return
+        for change in params.content_changes:
+            doc.apply(change, self.encoding)
+        doc.version = params.text_document.version
+        if params.content_changes:  # edits settle where the last change ended: warm there
+            offset = change_end_offset(doc, params.content_changes[-1], self.encoding)
+            if offset is not None:
+                schedule_warm(self._server, offset, doc)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        state = self.session
+        state.documents.pop(uri, None)
+        state.anchors.pop(uri, None)
+        state.shown.pop(uri, None)
+        if (timer := state.warm_timers.pop(uri, None)) is not None:
+            timer.cancel()
+        self._server.worker.forget_document(state.id, uri)  # type: ignore[attr-defined]
+
     def _send_data(self, data: Any) -> None:
         error = getattr(data, "error", None)
-        if error is not None and getattr(error, "data", None) is not None:
-            error.data = None  # pygls attaches tracebacks with file paths: keep them in the log
+        if error is not None and error.data is not None:
+            # pygls made this reply from a Python exception: its text names exception classes
+            # and its data holds a traceback with file paths. Both stay in the log.
+            error.data = None
+            if error.code == JsonRpcInternalError.CODE:
+                error.message = "internal error (details in the daemon log)"
         super()._send_data(data)
-
-
-def lifecycle_error(state: SessionState, message: dict) -> dict | None:
-    """The LSP lifecycle errors plain pygls does not send, for a raw incoming message."""
-    method, msg_id = message.get("method"), message.get("id")
-    if method is None or msg_id is None:  # notifications and responses pass
-        return None
-    if method == types.INITIALIZE:
-        if state.initialized:
-            return error_reply(msg_id, -32600, "initialize was already called")
-        state.initialized = True
-        return None
-    if not state.initialized:
-        return error_reply(msg_id, -32002, "the server is not initialized yet")
-    if state.shutdown:
-        return error_reply(msg_id, -32600, "the server is shutting down")
-    if method == types.SHUTDOWN:
-        state.shutdown = True
-    return None
-
-
-def prefer_utf8(message: dict) -> None:
-    """Pick utf-8 when the client offers it (fewer conversions); utf-16 stays the default."""
-    general = ((message.get("params") or {}).get("capabilities") or {}).get("general") or {}
-    encodings = general.get("positionEncodings")
-    if isinstance(encodings, list) and "utf-8" in encodings:
-        encodings.remove("utf-8")
-        encodings.insert(0, "utf-8")
 
 
 def create_session(
     worker: Worker, defaults: Settings, model_ready: threading.Event | None = None
 ) -> LanguageServer:
     """A fresh LanguageServer for one connection, with codespec's handlers registered."""
-    ls = LanguageServer("codespec", "0.1.0", protocol_cls=CodespecProtocol)
+    ls = CodespecServer("codespec", "0.1.0", protocol_cls=CodespecProtocol)
     state = SessionState(settings=defaults)
     ls.protocol.session = state  # type: ignore[attr-defined]
     ls.session = state  # type: ignore[attr-defined]
+    ls.worker = worker  # type: ignore[attr-defined]
 
     @ls.feature(types.INITIALIZE)
     def on_initialize(params: types.InitializeParams) -> None:
+        state.lifecycle.initialized = True  # pygls accepted it: now it counts
         state.client_pid = params.process_id
         apply_settings(ls, params.initialization_options)
 
@@ -132,35 +160,27 @@ def create_session(
 
     @ls.feature(CUSTOM_INLINE)
     async def on_custom_inline(params: Any) -> types.InlineCompletionList:
-        typed = ls.protocol._converter.structure(_as_dict(params), types.InlineCompletionParams)
+        try:
+            typed = ls.protocol._converter.structure(_as_dict(params), types.InlineCompletionParams)
+        except Exception:
+            raise JsonRpcInvalidParams("expected InlineCompletionParams") from None
         return await inline_completion(ls, worker, typed)
-
-    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def on_close(params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        state.anchors.pop(uri, None)
-        state.shown.pop(uri, None)
-        if (timer := state.warm_timers.pop(uri, None)) is not None:
-            timer.cancel()
-        worker.forget_document(state.id, uri)
-
-    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def on_change(params: types.DidChangeTextDocumentParams) -> None:
-        """Edits settle where the last change ended: warm the prompt for that place."""
-        change = params.content_changes[-1] if params.content_changes else None
-        if isinstance(change, types.TextDocumentContentChangePartial):
-            doc = ls.workspace.get_text_document(params.text_document.uri)
-            offset = doc.offset_at_position(change.range.start) + len(change.text)
-            schedule_warm(ls, worker, doc.uri, offset)
 
     @ls.feature(CURSOR)
     def on_cursor(params: Any) -> None:
         """The plugins say where the cursor rests (a document shown, a jump, a pause)."""
         given = _as_dict(params)
-        uri = given["textDocument"]["uri"]
-        doc = ls.workspace.get_text_document(uri)
-        position = types.Position(**given["position"])
-        schedule_warm(ls, worker, uri, doc.offset_at_position(position))
+        try:
+            uri = given["textDocument"]["uri"]
+            position = types.Position(
+                line=int(given["position"]["line"]), character=int(given["position"]["character"])
+            )
+        except (KeyError, TypeError, ValueError):
+            log.debug("codespec/cursor with malformed params: ignored")
+            return
+        doc = state.documents.get(uri)
+        if doc is not None:
+            schedule_warm(ls, doc.offset_at(position, ls.protocol.encoding), doc)
 
     @ls.feature(STATS)
     def on_stats(params: Any) -> dict:
@@ -169,42 +189,53 @@ def create_session(
     @ls.feature(DOCUMENT)
     def on_document(params: Any) -> dict:
         """The server's copy of a document (for clients and tests to check their sync)."""
-        doc = ls.workspace.get_text_document(_as_dict(params)["uri"])
-        return {"uri": doc.uri, "version": doc.version, "text": doc.source}
+        given = _as_dict(params)
+        uri = given.get("uri") if isinstance(given, dict) else None
+        doc = open_document(state, uri)
+        return {"uri": doc.uri, "version": doc.version, "text": doc.text}
 
     return ls
 
 
-def schedule_warm(ls: LanguageServer, worker: Worker, uri: str, offset: int) -> None:
+def open_document(state: SessionState, uri: Any) -> Document:
+    """The session's copy of a document it opened; anything else is an invalid-params error
+    (the daemon never reads what a client names: a FIFO, another user's 0600 file...)."""
+    doc = state.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None:
+        raise JsonRpcInvalidParams("that document is not open in this session")
+    return doc
+
+
+def schedule_warm(ls: LanguageServer, offset: int, doc: Document) -> None:
     """After ``warmDelayMs`` without another edit or cursor report for the document, have the
     worker prefill the prompt a request at ``offset`` would use (see ``worker.WarmJob``)."""
     state: SessionState = ls.session  # type: ignore[attr-defined]
     settings = state.settings
+    uri = doc.uri
     if (timer := state.warm_timers.pop(uri, None)) is not None:
         timer.cancel()
-    doc = ls.workspace.text_documents.get(uri)
-    if doc is None or not (settings.enabled and settings.warm_ahead):
+    if not (settings.enabled and settings.warm_ahead) or doc.too_large:
         return
     if doc.language_id in settings.disabled_languages:
         return
+    edits = doc.edits
 
     def submit() -> None:
         state.warm_timers.pop(uri, None)
-        current = ls.workspace.text_documents.get(uri)
-        if current is None or current.version != doc.version:
-            return  # edited again meanwhile: that edit scheduled its own warm-up
-        text = current.source
-        at = max(0, min(offset, len(text)))
+        if state.documents.get(uri) is not doc or doc.edits != edits:
+            return  # closed or edited again meanwhile: that edit scheduled its own warm-up
+        prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
+        worker: Worker = ls.worker  # type: ignore[attr-defined]
         worker.warm(
             WarmJob(
                 state.id,
                 uri,
-                current.version or 0,
-                Cursor(text[:at], text[at:], language_for(current.language_id, uri)),
+                edits,
+                Cursor(prefix, suffix, language_for(doc.language_id, uri)),
                 completion_options(settings, invoked=False),
-                os.path.basename(current.path),
-                other_documents(ls, uri),
-                lambda: _version_of(ls, uri),
+                document_name(uri),
+                other_documents(state, doc),
+                lambda: doc.edits,
                 anchors=state.anchors,
             )
         )
@@ -213,18 +244,17 @@ def schedule_warm(ls: LanguageServer, worker: Worker, uri: str, offset: int) -> 
     state.warm_timers[uri] = loop.call_later(settings.warm_delay_ms / 1000, submit)
 
 
-def _version_of(ls: LanguageServer, uri: str) -> int | None:
-    doc = ls.workspace.text_documents.get(uri)
-    return None if doc is None else doc.version
+def document_name(uri: str) -> str:
+    """The file name a prompt shows for a document (never read: just its URI's last part)."""
+    return os.path.basename(unquote(urlparse(uri).path)) or "untitled"
 
 
-def other_documents(ls: LanguageServer, uri: str) -> tuple[tuple[str, str], ...]:
+def other_documents(state: SessionState, doc: Document) -> tuple[tuple[str, str], ...]:
     """The other open documents of the same language: context files before the current one."""
-    doc = ls.workspace.get_text_document(uri)
     return tuple(
-        (os.path.basename(d.path), d.source)
-        for u, d in ls.workspace.text_documents.items()
-        if u != uri and d.language_id == doc.language_id
+        (document_name(d.uri), d.text)
+        for d in state.documents.values()
+        if d is not doc and d.language_id == doc.language_id and not d.too_large
     )
 
 
@@ -285,44 +315,50 @@ async def inline_completion(
     state: SessionState = ls.session  # type: ignore[attr-defined]
     settings = state.settings
     uri = params.text_document.uri
-    doc = ls.workspace.get_text_document(uri)
-    language = language_for(doc.language_id, doc.uri)
+    doc = open_document(state, uri)
     empty = types.InlineCompletionList(items=[])
     if not settings.enabled or doc.language_id in settings.disabled_languages:
         return empty
-    text = doc.source
-    offset = doc.offset_at_position(params.position)
-    cursor = Cursor(text[:offset], text[offset:], language)
+    if doc.too_large:
+        if uri not in state.too_large_logged:
+            state.too_large_logged.add(uri)
+            log.info(
+                "no completions in a document of %d characters (the limit is %d)",
+                len(doc.text),
+                MAX_DOCUMENT_CHARS,
+            )
+        return empty
+    encoding = ls.protocol.encoding  # type: ignore[attr-defined]
+    position = doc.clamp(params.position, encoding)  # past a line's end: at its end
+    prefix, suffix = doc.split(doc.offset_at(position, encoding))
+    cursor = Cursor(prefix, suffix, language_for(doc.language_id, uri))
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     options = completion_options(settings, invoked)
     options.mode = apply_multiline_policy(
         decide_mode(cursor, invoked, settings.complete_mid_word), settings.multiline
     )
-    where = types.Range(params.position, params.position)
+    where = types.Range(position, position)
     if (rest := typed_through(state.shown.get(uri), cursor)) is not None:
         return types.InlineCompletionList(
             items=[types.InlineCompletionItem(insert_text=rest, range=where)]
         )
     msg_id = ls.protocol.msg_id
-    version = doc.version or 0
+    client_version = doc.version or 0
     loop = asyncio.get_running_loop()
 
     def on_text(partial: str) -> None:
-        payload = {"id": msg_id, "uri": uri, "version": version, "text": partial}
+        payload = {"id": msg_id, "uri": uri, "version": client_version, "text": partial}
         loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, payload)
-
-    def current_version() -> int | None:
-        return ls.workspace.get_text_document(uri).version
 
     job = Job(
         state.id,
         uri,
-        version,
+        doc.edits,
         cursor,
         options,
-        os.path.basename(doc.path),
-        other_documents(ls, uri),
-        current_version,
+        document_name(uri),
+        other_documents(state, doc),
+        lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
         on_text=on_text,
     )
@@ -332,9 +368,11 @@ async def inline_completion(
     except asyncio.CancelledError:
         job.cancel.set()  # $/cancelRequest: stop the decode loop before its next target pass
         raise
-    except Exception as exc:
+    except ModelUnavailable as exc:
+        raise JsonRpcInternalError(str(exc)) from None
+    except Exception:
         log.exception("completion failed")
-        raise JsonRpcInternalError(f"completion failed: {type(exc).__name__}: {exc}") from None
+        raise JsonRpcInternalError("the completion failed (details in the daemon log)") from None
     if result is None or not result.text:
         return empty
     state.shown[uri] = (cursor.prefix, cursor.suffix, result.text)
@@ -382,6 +420,8 @@ def worker_stats(worker: Worker) -> dict:
         "latency_p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
         "last_cancel": dict(s.last_cancel),
         "last_prompt": dict(s.last_prompt),
+        "dropped": s.dropped,
+        "expired": s.expired,
         "warmed": s.warmed,
         "warm_tokens": s.warm_tokens,
         "warm_preempted": s.warm_preempted,
@@ -391,8 +431,10 @@ def worker_stats(worker: Worker) -> dict:
 async def serve_connection(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ls: LanguageServer
 ) -> None:
-    """Read frames until EOF (or non-LSP bytes) and dispatch them to the session's protocol."""
+    """Read frames until EOF (or non-LSP bytes); check each message (``lifecycle.admit``)
+    and dispatch it to the session's protocol. Every request gets exactly one reply."""
     protocol = ls.protocol
+    state: SessionState = protocol.session  # type: ignore[attr-defined]
     protocol.set_writer(writer)  # type: ignore[arg-type]
     watcher = asyncio.ensure_future(_watch_client(ls, writer))
     try:
@@ -406,26 +448,36 @@ async def serve_connection(
                 break
             message, error = check_message(body)
             if error is None:
-                error = lifecycle_error(protocol.session, message)
+                verdict = admit(state.lifecycle, message)
+                if verdict == DROP:
+                    log.debug("dropped %s before initialize", message.get("method"))
+                    continue
+                if isinstance(verdict, dict):
+                    error = verdict
             if error is not None:
                 writer.write(frame(error))
                 continue
-            if message.get("method") == types.INITIALIZE:
-                prefer_utf8(message)
-                body = json.dumps(message).encode("utf-8")
-            try:
-                protocol.handle_message(json.loads(body, object_hook=protocol.structure_message))
-            except Exception as exc:  # bad params and the like: answer, never crash
-                if message.get("id") is not None and message.get("method"):
-                    reply = error_reply(message["id"], -32602, f"Invalid params: {exc}")
-                    writer.write(frame(reply))
-            if protocol.session.exited:
+            dispatch(protocol, normalize(message), writer)
+            if state.exited:
                 break
     finally:
         watcher.cancel()
-        for timer in protocol.session.warm_timers.values():
+        for timer in state.warm_timers.values():
             timer.cancel()  # no warm-up for a session that has ended
         writer.close()
+
+
+def dispatch(protocol: Any, message: dict, writer: asyncio.StreamWriter) -> None:
+    """Hand one admitted message to pygls; params it cannot read get -32602 (requests) or a
+    debug line (notifications), never a traceback to the client."""
+    try:
+        text = json.dumps(message)
+        protocol.handle_message(json.loads(text, object_hook=protocol.structure_message))
+    except Exception as exc:
+        method, msg_id = message.get("method"), message.get("id")
+        log.debug("cannot read the params of %s: %s", method, exc)
+        if msg_id is not None and method:
+            writer.write(frame(error_reply(msg_id, -32602, f"Invalid params for {method}")))
 
 
 async def _watch_client(ls: LanguageServer, writer: asyncio.StreamWriter) -> None:

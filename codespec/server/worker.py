@@ -8,6 +8,9 @@ Scheduling rules:
 * a job whose document has changed since it was submitted is answered empty without running
   the model (its result would be for text that no longer exists);
 * sessions are served round-robin, so one busy editor cannot starve another;
+* the queue is bounded: past ``MAX_QUEUED`` waiting requests the oldest is answered empty, and
+  a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
+  editor has moved on; a late ghost text is worse than none);
 * a failure inside the model call fails that job only; the worker goes on with the next;
 * when no request waits, the worker *warms*: it prefills the prompt of the place a request is
   likely to come from next (where edits settled or the cursor rests), newest first, one per
@@ -29,7 +32,13 @@ from ..completion import CompletionOptions, CompletionResult, complete, prompt_a
 from ..stops import Cursor
 
 WARM_CHUNK_S = 0.25
+MAX_QUEUED = 16  # requests waiting at once, all sessions together
+QUEUE_DEADLINE_S = 30.0  # the longest a request waits for the model before it is dropped
 log = logging.getLogger("codespec.worker")
+
+
+class ModelUnavailable(Exception):
+    """The model could not be loaded; the message is meant for the user."""
 
 
 class CancelEvent(threading.Event):
@@ -89,6 +98,8 @@ class WorkerStats:
     latencies_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
     last_cancel: dict = field(default_factory=dict)  # passes at cancel vs at the end, last job
     last_prompt: dict = field(default_factory=dict)  # prefilled vs reused, last served request
+    dropped: int = 0  # answered empty: the queue was full
+    expired: int = 0  # answered empty: waited past the deadline
     warmed: int = 0  # warm-ups run
     warm_tokens: int = 0  # prompt tokens they prefilled
     warm_preempted: int = 0  # warm-ups stopped by a request
@@ -122,6 +133,11 @@ class Worker:
             if isinstance(self.running, WarmJob):
                 self.running.cancel.set()  # a request outranks any warm-up
             self.queues.setdefault(job.session, collections.deque()).append(job)
+            while sum(len(q) for q in self.queues.values()) > MAX_QUEUED:
+                oldest = min((q[0] for q in self.queues.values() if q), key=lambda j: j.submitted)
+                self.queues[oldest.session].popleft()
+                self.stats.dropped += 1
+                self._answer_empty(oldest)
             if job.session not in self.order:
                 self.order.append(job.session)
             self.cond.notify()
@@ -168,6 +184,14 @@ class Worker:
 
     # -- the worker thread --------------------------------------------------------------------
 
+    def _answer_empty(self, job: Job) -> None:
+        """Answer a request that will not run (under ``cond``)."""
+        job.cancel.set()
+        if self.latest.get((job.session, job.uri)) is job:
+            del self.latest[(job.session, job.uri)]
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_result(None)
+
     def _next(self) -> Job | WarmJob | None:
         with self.cond:
             while not self.stopping:
@@ -175,6 +199,9 @@ class Worker:
                     session = self.order[0]
                     self.order.rotate(-1)
                     queue = self.queues.get(session)
+                    while queue and time.perf_counter() - queue[0].submitted > QUEUE_DEADLINE_S:
+                        self.stats.expired += 1
+                        self._answer_empty(queue.popleft())
                     if queue:
                         self.running = queue.popleft()
                         return self.running

@@ -1,0 +1,79 @@
+"""Reading a file a user or a client names: regular files only, size-capped, UTF-8.
+
+``/dev/zero``, a FIFO, a directory or a huge file never gets read without limit or blocks the
+reader: the file is opened without blocking, checked with ``fstat`` (the thing opened, not a name
+that could change in between) and read up to the cap. Every failure is one ``FileError`` whose
+message names the file and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MAX_DOCUMENT_BYTES = 4 << 20  # a source file to complete in: far above real source files
+MAX_SMALL_FILE_BYTES = 1 << 20  # manifests, settings, tokens
+
+
+class FileError(Exception):
+    """A file that cannot be read as asked; the message is one line for the user."""
+
+
+def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes."""
+    name = str(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileError(f"no such file: {name}") from None
+    except IsADirectoryError:
+        raise FileError(f"{name} is a directory, not a file") from None
+    except OSError as exc:
+        raise FileError(f"cannot open {name}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    problem = None
+    if stat.S_ISDIR(info.st_mode):
+        problem = f"{name} is a directory, not a file"
+    elif not stat.S_ISREG(info.st_mode):
+        problem = f"{name} is not a regular file (a device, pipe or socket)"
+    elif info.st_size > limit:
+        problem = f"{name} is too large ({info.st_size} bytes; at most {limit})"
+    if problem is not None:
+        os.close(fd)
+        raise FileError(problem)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise FileError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > limit:  # it grew while we read
+        raise FileError(f"{name} is too large (more than {limit} bytes)")
+    return data
+
+
+def read_text(path: str | os.PathLike, limit: int = MAX_SMALL_FILE_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes."""
+    data = read_bytes(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600) atomically: a temporary file in the same folder,
+    flushed to disk, then renamed over ``path``; a crash or a full disk leaves the old file
+    or none, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,89 @@
+"""What plain pygls lacks, applied to each raw message before pygls dispatches it.
+
+``admit`` decides, for one well-formed JSON-RPC message, whether it is dispatched, answered
+with an error right here, or dropped; it also normalizes the few things pygls gets wrong:
+
+* lifecycle: -32002 before ``initialize``, -32600 for a second ``initialize`` or after
+  ``shutdown``; notifications before ``initialize`` are dropped (nothing to apply them to);
+* a message with an ``id`` is a request and gets exactly one reply: one naming a method that
+  LSP defines as a notification gets -32600 instead of being dispatched and left unanswered;
+* ``initialize`` params must be an object (else -32602; a failed ``initialize`` does not count:
+  the session counts as initialized only once pygls has accepted one);
+* position encodings: utf-8 when offered, else utf-16, whatever else the client lists
+  (``lsp/PROTOCOL.md``);
+* ``didOpen`` without a ``languageId`` gets an empty one: the language then comes from the
+  file's extension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+from .framing import error_reply
+
+NOTIFICATIONS = frozenset(
+    method
+    for method, kinds in types.METHOD_TO_TYPES.items()
+    if kinds[0].__name__.endswith("Notification")
+) | {"codespec/cursor"}
+
+
+@dataclass
+class Lifecycle:
+    """Where one session is in the LSP lifecycle."""
+
+    initialized: bool = False  # an initialize request succeeded
+    shutdown: bool = False
+
+
+DISPATCH, DROP = "dispatch", "drop"
+
+
+def admit(state: Lifecycle, message: dict) -> str | dict:
+    """DISPATCH, DROP, or the error reply to send instead of dispatching ``message``."""
+    method, msg_id = message.get("method"), message.get("id")
+    if method is None:  # a response from the client (to one of our requests)
+        return DISPATCH
+    if msg_id is None:
+        if not state.initialized and method != types.EXIT:
+            return DROP
+        return DISPATCH
+    if method in NOTIFICATIONS:
+        return error_reply(msg_id, -32600, f"Invalid Request: {method} is a notification")
+    if method == types.INITIALIZE:
+        if state.initialized:
+            return error_reply(msg_id, -32600, "initialize was already called")
+        if not isinstance(message.get("params"), dict):
+            return error_reply(msg_id, -32602, "Invalid params: initialize takes an object")
+        _choose_position_encoding(message["params"])
+        return DISPATCH
+    if not state.initialized:
+        return error_reply(msg_id, -32002, "the server is not initialized yet")
+    if state.shutdown:
+        return error_reply(msg_id, -32600, "the server is shutting down")
+    if method == types.SHUTDOWN:
+        state.shutdown = True
+    return DISPATCH
+
+
+def normalize(message: dict) -> dict:
+    """Fill in what a lenient client leaves out and pygls would choke on."""
+    if message.get("method") == types.TEXT_DOCUMENT_DID_OPEN:
+        params = message.get("params")
+        document = params.get("textDocument") if isinstance(params, dict) else None
+        if isinstance(document, dict) and "languageId" not in document:
+            document["languageId"] = ""
+    return message
+
+
+def _choose_position_encoding(params: dict) -> None:
+    """Leave pygls exactly one encoding to pick: utf-8 when offered, else utf-16."""
+    capabilities = params.get("capabilities")
+    general = capabilities.get("general") if isinstance(capabilities, dict) else None
+    if not isinstance(general, dict):
+        return
+    offered = general.get("positionEncodings")
+    if isinstance(offered, list):
+        general["positionEncodings"] = ["utf-8"] if "utf-8" in offered else ["utf-16"]
