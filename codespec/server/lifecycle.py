@@ -12,7 +12,7 @@ with an error right here, or dropped; it also normalizes the few things pygls ge
 * position encodings: utf-8 when offered, else utf-16, whatever else the client lists
   (``lsp/PROTOCOL.md``);
 * ``didOpen`` without a ``languageId`` gets an empty one: the language then comes from the
-  file's extension.
+  file's extension; a request without ``params`` gets ``null`` ones (JSON-RPC allows it).
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ def admit(state: Lifecycle, message: dict) -> str | dict:
     if method == types.INITIALIZE:
         if state.initialized:
             return error_reply(msg_id, -32600, "initialize was already called")
-        if not isinstance(message.get("params"), dict):
-            return error_reply(msg_id, -32602, "Invalid params: initialize takes an object")
+        problem = _initialize_problem(message.get("params"))
+        if problem:
+            return error_reply(msg_id, -32602, f"Invalid params: {problem}")
         _choose_position_encoding(message["params"])
         return DISPATCH
     if not state.initialized:
@@ -70,12 +71,31 @@ def admit(state: Lifecycle, message: dict) -> str | dict:
 
 def normalize(message: dict) -> dict:
     """Fill in what a lenient client leaves out and pygls would choke on."""
+    if "method" in message:
+        message.setdefault("params", None)  # JSON-RPC lets a request leave params out
     if message.get("method") == types.TEXT_DOCUMENT_DID_OPEN:
         params = message.get("params")
         document = params.get("textDocument") if isinstance(params, dict) else None
         if isinstance(document, dict) and "languageId" not in document:
             document["languageId"] = ""
     return message
+
+
+def _initialize_problem(params) -> str | None:
+    """What is wrong with ``initialize`` params that lsprotocol's lenient converter would let
+    through (it turns a list where an object belongs into an empty object)."""
+    if not isinstance(params, dict):
+        return "initialize takes an object"
+    capabilities = params.get("capabilities")
+    if not isinstance(capabilities, dict):
+        return "capabilities must be an object"
+    for key, value in capabilities.items():
+        if key != "experimental" and not isinstance(value, dict):
+            return f"capabilities.{key} must be an object"
+    pid = params.get("processId")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
+        return "processId must be an integer or null"
+    return None
 
 
 def _choose_position_encoding(params: dict) -> None:

@@ -37,6 +37,9 @@ def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
 
 
 def start_daemon(manifest: Path, *extra: str, socket_path: Path = SOCKET):
+    """A daemon process; its log goes to a file (``proc.log_path``): a pipe nobody reads
+    would fill up and block the daemon on its next log line."""
+    log_path = Path(tempfile.mkstemp(prefix="codespec-daemon-", suffix=".log")[1])
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -51,7 +54,8 @@ def start_daemon(manifest: Path, *extra: str, socket_path: Path = SOCKET):
             *extra,
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_path.open("w"),
     )
+    proc.log_path = log_path
     wait_for_socket(socket_path)
     return proc

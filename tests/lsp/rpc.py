@@ -61,6 +61,29 @@ class RawClient:
         return reply
 
 
+def inline_request(msg_id, uri, line, character):
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "textDocument/inlineCompletion",
+        "params": {
+            "textDocument": {"uri": uri},
+            "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1},
+        },
+    }
+
+
+def did_open(uri, text):
+    return {
+        "jsonrpc": "2.0",
+        "method": "textDocument/didOpen",
+        "params": {
+            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
+        },
+    }
+
+
 def unix_client(path) -> RawClient:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(path))

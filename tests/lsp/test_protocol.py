@@ -11,7 +11,7 @@ import time
 
 import pytest
 from lsp_helpers import SOCKET, start_daemon, wait_for_socket
-from rpc import RawClient, relay_client, unix_client
+from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
 from codespec.server.daemon import read_or_create_token
 
@@ -171,29 +171,6 @@ def stop_daemons(path) -> None:
         os.kill(int(pid), 15)
 
 
-def inline_request(msg_id, uri, line, character):
-    return {
-        "jsonrpc": "2.0",
-        "id": msg_id,
-        "method": "textDocument/inlineCompletion",
-        "params": {
-            "textDocument": {"uri": uri},
-            "position": {"line": line, "character": character},
-            "context": {"triggerKind": 1},
-        },
-    }
-
-
-def did_open(uri, text):
-    return {
-        "jsonrpc": "2.0",
-        "method": "textDocument/didOpen",
-        "params": {
-            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
-        },
-    }
-
-
 def session(**options) -> RawClient:
     client = unix_client(SOCKET)
     client.send(
@@ -276,7 +253,7 @@ def test_progress_is_reported_while_the_model_loads(tiny_manifest, tmp_path):
         client.send({"jsonrpc": "2.0", "id": create["id"], "result": None})
         kinds = []
         while len(kinds) < 2:
-            message = client.read()
+            message = client.read(timeout=120)  # a busy 2-core machine loads slowly
             if message.get("method") == "$/progress":
                 kinds.append(message["params"]["value"]["kind"])
         assert kinds == ["begin", "end"]
