@@ -36,7 +36,13 @@ def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
     raise TimeoutError(f"no daemon on {path}")
 
 
-def start_daemon(manifest: Path, *extra: str, socket_path: Path = SOCKET):
+def start_daemon(
+    manifest: Path,
+    *extra: str,
+    socket_path: Path = SOCKET,
+    env: dict | None = None,
+    wait: bool = True,
+):
     """A daemon process; its log goes to a file (``proc.log_path``): a pipe nobody reads
     would fill up and block the daemon on its next log line."""
     log_path = Path(tempfile.mkstemp(prefix="codespec-daemon-", suffix=".log")[1])
@@ -55,7 +61,9 @@ def start_daemon(manifest: Path, *extra: str, socket_path: Path = SOCKET):
         ],
         stdout=subprocess.DEVNULL,
         stderr=log_path.open("w"),
+        env=env,
     )
     proc.log_path = log_path
-    wait_for_socket(socket_path)
+    if wait:
+        wait_for_socket(socket_path)
     return proc

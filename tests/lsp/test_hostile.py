@@ -8,15 +8,12 @@ import json
 import os
 import random
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from lsp_helpers import SOCKET, wait_for_socket
+from lsp_helpers import SOCKET, start_daemon, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
 from codespec.server.daemon import AUTH_MAX_BODY, MAX_UNAUTHENTICATED
@@ -73,29 +70,9 @@ def collect(client: RawClient, ids: list, timeout: float) -> dict:
 
 
 def serve(tmp_path: Path, manifest: Path, *extra: str, env: dict | None = None):
-    """A private daemon; returns (process, socket path). Its stderr goes to a file (a pipe
-    nobody reads would fill up and block it): read it with ``log_of``."""
+    """A private daemon, not waited for; returns (process, socket path)."""
     path = tmp_path / "d.sock"
-    log = tempfile.NamedTemporaryFile("w", prefix="codespec-daemon-", delete=False)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codespec",
-            "serve",
-            "--socket",
-            str(path),
-            "--pair",
-            str(manifest),
-            "--no-status",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        env=env,
-    )
-    proc.log_path = Path(log.name)
-    return proc, path
+    return start_daemon(manifest, *extra, socket_path=path, env=env, wait=False), path
 
 
 def log_of(proc) -> str:
