@@ -172,6 +172,13 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
+def sample_text(result: dict) -> str:
+    settings = result["settings"]
+    if "--holes-from" in (result.get("command") or ""):
+        return f"{len(result['corpus']['holes'])} holes recut from a saved run's corpus"
+    return f"Seed {settings['seed']}, {settings['per_kind']} hole(s) per language and kind"
+
+
 def window_text(settings: dict) -> str:
     limits = f"{settings['prefix_tokens']} / {settings['suffix_tokens']} tokens"
     seconds = settings.get("prompt_seconds") or 0
@@ -282,8 +289,7 @@ def write_docs(result: dict, docs: Path) -> None:
         "",
         f"Machine: {result['machine']['cpu']}, {result['machine']['threads']} threads, "
         f"{result['machine']['device']} / {result['machine']['dtype']}, torch "
-        f"{result['machine']['torch']}. Model: {result['model']}. Seed {settings['seed']}, "
-        f"{settings['per_kind']} hole(s) per language and kind, at most "
+        f"{result['machine']['torch']}. Model: {result['model']}. {sample_text(result)}, at most "
         f"{settings['max_tokens']} new tokens, prompt windows {window_text(settings)}, stop "
         f"rules on. CPU kind: {result['machine'].get('cpu_kind', '?')}; weights: "
         f"{result['machine'].get('quantization', '?')}.",

@@ -40,6 +40,7 @@ STATS = "codespec/stats"
 DOCUMENT = "codespec/document"
 CURSOR = "codespec/cursor"
 _ids = itertools.count(1)
+PID_MAX = 1 << 22  # Linux's largest pid_max
 
 
 @dataclass
@@ -485,7 +486,7 @@ async def _watch_client(ls: LanguageServer, writer: asyncio.StreamWriter) -> Non
     while True:
         await asyncio.sleep(2.0)
         pid = ls.session.client_pid  # type: ignore[attr-defined]
-        if pid:
+        if isinstance(pid, int) and 0 < pid <= PID_MAX:  # 0 and -1 name groups, not a process
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
