@@ -4,7 +4,7 @@ its memory read bandwidth (the floor a decode pass cannot beat: the bytes of the
 
 Random weights of the real shapes, one format at a time (fp32 needs ~6 GB while it runs).
 
-    .venv/bin/python benchmarks/kernels.py [--rows 1,2,4,8] [--json bench-out/kernels.json]
+    .venv/bin/python benchmarks/linear_kernels.py [--rows 1,2,4,8] [--json bench-out/kernels.json]
 """
 
 from __future__ import annotations
