@@ -34,9 +34,12 @@ from rpc import RawClient, relay_client
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(socket_path: Path) -> subprocess.Popen:
+def start(socket_path: Path, stats_db: Path | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status"],
+        [
+            *(sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path)),
+            *("--no-status", "--stats-db", str(stats_db or socket_path.with_name("stats.sqlite3"))),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -105,10 +108,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--idle-s", type=float, default=3.0, help="rest before a warmed request")
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "lsp.json"))
+    ap.add_argument(
+        "--stats-db", default=None, help="keep the session's acceptance stats in this store"
+    )
     args = ap.parse_args()
 
     socket_path = Path(tempfile.mkdtemp(prefix="codespec-bench-")) / "d.sock"
-    daemon = start(socket_path)
+    daemon = start(socket_path, Path(args.stats_db) if args.stats_db else None)
     try:
         client = connect(socket_path)
         client.initialize()

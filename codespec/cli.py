@@ -100,8 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default=None, help="settings TOML (default: user config dir)")
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--no-status", action="store_true", help="no live status line")
+    s.add_argument(
+        "--stats-db", default=None, metavar="FILE", help="acceptance store (default: state dir)"
+    )
+    s.add_argument("--no-stats", action="store_true", help="record no acceptance stats")
+    s.add_argument(
+        "--stats-retention-days",
+        type=float,
+        default=90,
+        metavar="DAYS",
+        help="delete stats rows older than this (default 90)",
+    )
     s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    s.add_argument("--test-stats-max-pages", type=int, default=None, help=argparse.SUPPRESS)
     _add_model_options(s)
 
     lsp = sub.add_parser("lsp", help="LSP over stdio for editors (starts the daemon if needed)")
@@ -114,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
     )
     lsp.add_argument("--pair", default=None, help="model pair for a daemon this starts")
+
+    st = sub.add_parser("stats", help="acceptance and speculation figures per language")
+    st.add_argument("--since", default="all", help="a span like 7d, 12h, 30m (default: all)")
+    st.add_argument("--language", default=None, help="only this languageId")
+    st.add_argument("--by", choices=["language", "kind", "day"], default="language")
+    st.add_argument("--json", action="store_true", help="every figure as JSON")
+    st.add_argument("--html", default=None, metavar="FILE", help="write a self-contained page")
+    st.add_argument("--db", default=None, metavar="FILE", help="the store (default: state dir)")
+    st.add_argument("--socket", default=None, help="the daemon's socket (asked when it runs)")
 
     b = sub.add_parser("bench", help="speed, speculation and quality on holes cut from real code")
     b.add_argument("--quick", action="store_true", help="a small fixed subset (minutes, for CI)")
@@ -289,6 +310,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _note(problem)
     if args.max_tokens is not None:
         settings = replace(settings, max_tokens=args.max_tokens)
+    if args.stats_retention_days <= 0:
+        raise UsageError("--stats-retention-days must be positive")
+    store = None
+    if not args.no_stats:
+        from .stats.store import Store
+
+        store = Store(
+            Path(args.stats_db) if args.stats_db else None,
+            args.stats_retention_days,
+            max_pages=args.test_stats_max_pages,  # testing aid: a disk that fills up
+        )
     daemon = Daemon(
         lambda: load_pair(
             args.pair,
@@ -300,6 +332,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings,
         pass_delay_s=args.test_pass_delay,
         load_delay_s=args.test_load_delay,
+        store=store,
     )
     socket_path = Path(args.socket) if args.socket else default_socket()
     try:
@@ -314,6 +347,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"codespec: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats.cli import run
+
+    return run(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -353,6 +392,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "lsp": cmd_lsp,
     "bench": cmd_bench,
+    "stats": cmd_stats,
 }
 
 

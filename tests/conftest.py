@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from helpers import build_tiny_pair, tiny_qwen2
+
+# Daemons the tests start record acceptance stats here, never in the user's state dir.
+os.environ["CODESPEC_STATE_DIR"] = tempfile.mkdtemp(prefix="codespec-test-state-")
 
 
 @pytest.fixture(scope="session")

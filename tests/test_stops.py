@@ -170,9 +170,9 @@ def test_prefix_window_starts_on_a_stable_line():
 def test_typing_what_the_ghost_text_shows_keeps_the_rest():
     from codespec.server.session import typed_through
 
-    shown = ("x = ", "\n", "compute(1, 2)")
+    shown = ("x = ", "\n", "compute(1, 2)", "id7")
     python = language_for("python")
-    assert typed_through(shown, Cursor("x = comp", "\n", python)) == "ute(1, 2)"
+    assert typed_through(shown, Cursor("x = comp", "\n", python)) == ("ute(1, 2)", "id7")
     assert typed_through(shown, Cursor("x = cr", "\n", python)) is None  # typed something else
     assert typed_through(shown, Cursor("x = comp", "\ny\n", python)) is None  # suffix changed
     assert typed_through(shown, Cursor("x = compute(1, 2)", "\n", python)) is None  # all typed

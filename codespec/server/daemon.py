@@ -27,6 +27,7 @@ from pathlib import Path
 import platformdirs
 
 from ..files import FileError, read_text, write_private
+from ..stats.store import Store
 from .config import Settings
 from .framing import FramingError, read_frame
 from .session import create_session, serve_connection, worker_stats
@@ -131,11 +132,18 @@ class ModelSlot:
 
 class Daemon:
     def __init__(
-        self, load_pair, settings: Settings, pass_delay_s: float = 0.0, load_delay_s: float = 0.0
+        self,
+        load_pair,
+        settings: Settings,
+        pass_delay_s: float = 0.0,
+        load_delay_s: float = 0.0,
+        store: Store | None = None,
     ) -> None:
         self.slot = ModelSlot()
         self.settings = settings
-        self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s)
+        self.store = store  # acceptance stats (None: not recorded)
+        record = store.put_request if store is not None else None
+        self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s, record=record)
         self.sessions: set[int] = set()
         self.started = time.time()
         self._load = load_pair
@@ -176,7 +184,7 @@ class Daemon:
             if not ok:
                 writer.close()
                 return
-        ls = create_session(self.worker, self.settings, self.slot.ready)
+        ls = create_session(self.worker, self.settings, self.slot.ready, self.store)
         session_id = ls.session.id  # type: ignore[attr-defined]
         self.sessions.add(session_id)
         try:
@@ -197,8 +205,27 @@ class Daemon:
         p50 = f"{stats['latency_p50_ms']:.0f} ms" if stats["latency_p50_ms"] else "-"
         return (
             f"codespec | {model} | sessions {len(self.sessions)} | served {stats['served']} "
-            f"| tokens/pass {tpp} | p50 {p50}"
+            f"| tokens/pass {tpp} | p50 {p50}{self.acceptance_text()}"
         )
+
+    def acceptance_text(self) -> str:
+        """Suggestions shown and accepted since this daemon started (from the store)."""
+        if self.store is None:
+            return ""
+
+        def count(conn) -> tuple:
+            return conn.execute(
+                "SELECT COALESCE(SUM(shown), 0), COALESCE(SUM(verdict = 'accepted'), 0) "
+                "FROM requests WHERE t >= ?",
+                (self.started,),
+            ).fetchone()
+
+        try:
+            shown, accepted = self.store.read(count)
+        except Exception:  # the status line never fails
+            return ""
+        rate = f" ({100 * accepted / shown:.0f}%)" if shown else ""
+        return f" | accepted {accepted}/{shown} shown{rate}"
 
 
 async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool:
@@ -267,6 +294,8 @@ async def run_daemon(
     for server in servers:
         server.close()
     daemon.worker.stop()
+    if daemon.store is not None:
+        daemon.store.close()  # commit what is queued
     if socket_path.exists():
         socket_path.unlink()
     os.close(lock)

@@ -26,6 +26,9 @@ from pygls.protocol.language_server import lsp_method
 
 from ..completion import CompletionOptions
 from ..languages import language_for
+from ..stats import report
+from ..stats.store import Store
+from ..stats.verdicts import COMMANDS, Ledger, Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from .config import Settings, merge
 from .documents import MAX_DOCUMENT_CHARS, Document, change_end_offset
@@ -52,7 +55,8 @@ class SessionState:
     client_pid: int | None = None
     documents: dict[str, Document] = field(default_factory=dict)  # uri -> what the client opened
     anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
-    shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, completion) last answered
+    shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, text, id) last answered
+    ledger: Ledger = field(default_factory=lambda: Ledger(lambda _id, _fields: None))
     warm_timers: dict = field(default_factory=dict)  # uri -> asyncio.TimerHandle
     too_large_logged: set = field(default_factory=set)
 
@@ -98,6 +102,7 @@ class CodespecProtocol(LanguageServerProtocol):
         for change in params.content_changes:
             doc.apply(change, self.encoding)
         doc.version = params.text_document.version
+        self.session.ledger.document_changed(doc.uri, doc.text)  # accepted? typed over?
         if params.content_changes:  # edits settle where the last change ended: warm there
             offset = change_end_offset(doc, params.content_changes[-1], self.encoding)
             if offset is not None:
@@ -110,6 +115,7 @@ class CodespecProtocol(LanguageServerProtocol):
         state.documents.pop(uri, None)
         state.anchors.pop(uri, None)
         state.shown.pop(uri, None)
+        state.ledger.document_closed(uri)
         if (timer := state.warm_timers.pop(uri, None)) is not None:
             timer.cancel()
         self._server.worker.forget_document(state.id, uri)  # type: ignore[attr-defined]
@@ -126,11 +132,16 @@ class CodespecProtocol(LanguageServerProtocol):
 
 
 def create_session(
-    worker: Worker, defaults: Settings, model_ready: threading.Event | None = None
+    worker: Worker,
+    defaults: Settings,
+    model_ready: threading.Event | None = None,
+    store: Store | None = None,
 ) -> LanguageServer:
     """A fresh LanguageServer for one connection, with codespec's handlers registered."""
     ls = CodespecServer("codespec", "0.1.0", protocol_cls=CodespecProtocol)
     state = SessionState(settings=defaults)
+    if store is not None:
+        state.ledger = Ledger(store.put_verdict)
     ls.protocol.session = state  # type: ignore[attr-defined]
     ls.session = state  # type: ignore[attr-defined]
     ls.worker = worker  # type: ignore[attr-defined]
@@ -139,6 +150,9 @@ def create_session(
     def on_initialize(params: types.InitializeParams) -> None:
         state.lifecycle.initialized = True  # pygls accepted it: now it counts
         state.client_pid = params.process_id
+        experimental = params.capabilities.experimental
+        if isinstance(experimental, dict) and experimental.get("codespecVerdicts") is True:
+            state.ledger.client_reports_shown = True  # it sends codespec.didShow
         apply_settings(ls, params.initialization_options)
 
     @ls.feature(types.INITIALIZED)
@@ -184,8 +198,19 @@ def create_session(
             schedule_warm(ls, doc.offset_at(position, ls.protocol.encoding), doc)
 
     @ls.feature(STATS)
-    def on_stats(params: Any) -> dict:
-        return worker_stats(worker)
+    async def on_stats(params: Any) -> dict:
+        """The report ``codespec stats --json`` prints (``since``, ``language``, ``by`` as
+        there), with the daemon's live counters under ``daemon``."""
+        return await stats_reply(worker, store, _as_dict(params))
+
+    def verdict_command(command: str):
+        def on_command(*arguments) -> None:
+            state.ledger.explicit(command, list(arguments))
+
+        return on_command
+
+    for command in COMMANDS:  # advertised in executeCommandProvider by pygls
+        ls.command(command)(verdict_command(command))
 
     @ls.feature(DOCUMENT)
     def on_document(params: Any) -> dict:
@@ -196,6 +221,24 @@ def create_session(
         return {"uri": doc.uri, "version": doc.version, "text": doc.text}
 
     return ls
+
+
+async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
+    given = params if isinstance(params, dict) else {}
+    since, language, by = given.get("since"), given.get("language"), given.get("by", "language")
+    reply: dict = {"daemon": worker_stats(worker)}
+    if store is None:
+        return {**reply, "store": None}
+    try:
+        since_s = report.parse_since(since)
+        if language is not None and not isinstance(language, str):
+            raise report.ReportError("language must be a string")
+        await asyncio.to_thread(store.flush)
+        rows = store.read(lambda conn: report.fetch(conn, since_s, language))
+        built = report.build(rows, by if isinstance(by, str) else "?", since, language)
+    except report.ReportError as exc:
+        raise JsonRpcInvalidParams(str(exc)) from None
+    return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
 
 
 def open_document(state: SessionState, uri: Any) -> Document:
@@ -339,10 +382,9 @@ async def inline_completion(
         decide_mode(cursor, invoked, settings.complete_mid_word), settings.multiline
     )
     where = types.Range(position, position)
-    if (rest := typed_through(state.shown.get(uri), cursor)) is not None:
-        return types.InlineCompletionList(
-            items=[types.InlineCompletionItem(insert_text=rest, range=where)]
-        )
+    if (through := typed_through(state.shown.get(uri), cursor)) is not None:
+        rest, suggestion_id = through
+        return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
     msg_id = ls.protocol.msg_id
     client_version = doc.version or 0
     loop = asyncio.get_running_loop()
@@ -361,8 +403,12 @@ async def inline_completion(
         other_documents(state, doc),
         lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
+        language=doc.language_id or cursor.language.name,
         on_text=on_text,
     )
+    offset = doc.offset_at(position, encoding)  # where the suggestion sits, for its verdict
+    head_start = offset - len(cursor.prefix)
+    tail_after = len(doc.text) - offset - len(cursor.suffix)
     future = worker.submit(job)
     try:
         result = await asyncio.wrap_future(future)
@@ -376,25 +422,46 @@ async def inline_completion(
         raise JsonRpcInternalError("the completion failed (details in the daemon log)") from None
     if result is None or not result.text:
         return empty
-    state.shown[uri] = (cursor.prefix, cursor.suffix, result.text)
-    return types.InlineCompletionList(
-        items=[types.InlineCompletionItem(insert_text=result.text, range=where)]
+    state.shown[uri] = (cursor.prefix, cursor.suffix, result.text, job.id)
+    state.ledger.offered(
+        Suggestion(
+            job.id,
+            uri,
+            cursor.prefix,
+            cursor.suffix,
+            result.text,
+            head_start=head_start,
+            tail_after=tail_after,
+        )
+    )
+    return types.InlineCompletionList(items=[inline_item(result.text, where, job.id)])
+
+
+def inline_item(text: str, where: types.Range, suggestion_id: str) -> types.InlineCompletionItem:
+    """One inline item; its command tells the server when the client accepted it (LSP clients
+    run an item's command on accepting it), so even a generic client reports accepts."""
+    return types.InlineCompletionItem(
+        insert_text=text,
+        range=where,
+        command=types.Command(
+            title="codespec: accepted", command="codespec.didAccept", arguments=[suggestion_id]
+        ),
     )
 
 
-def typed_through(shown: tuple[str, str, str] | None, cursor: Cursor) -> str | None:
-    """The rest of the last completion when the user has typed its beginning, else None.
+def typed_through(shown: tuple[str, str, str, str] | None, cursor: Cursor) -> tuple | None:
+    """The rest of the last completion and its id when the user has typed its beginning.
 
     Typing what the ghost text shows keeps showing the remainder at no model cost (as llama.vim
     and Copilot do)."""
     if shown is None:
         return None
-    prefix, suffix, text = shown
+    prefix, suffix, text, suggestion_id = shown
     if cursor.suffix != suffix or not cursor.prefix.startswith(prefix):
         return None
     typed = cursor.prefix[len(prefix) :]
     if typed and text.startswith(typed) and len(typed) < len(text):
-        return text[len(typed) :]
+        return text[len(typed) :], suggestion_id
     return None
 
 
@@ -465,6 +532,7 @@ async def serve_connection(
         watcher.cancel()
         for timer in state.warm_timers.values():
             timer.cancel()  # no warm-up for a session that has ended
+        state.ledger.end()  # what is still shown was left unaccepted
         writer.close()
 
 

@@ -12,6 +12,8 @@ Scheduling rules:
   a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
   editor has moved on; a late ghost text is worse than none);
 * a failure inside the model call fails that job only; the worker goes on with the next;
+* every request, however it ends, leaves one row for the acceptance stats (``record``, see
+  ``codespec/stats``): a queue append, never a wait on the disk;
 * when no request waits, the worker *warms*: it prefills the prompt of the place a request is
   likely to come from next (where edits settled or the cursor rests), newest first, one per
   document. A request arriving meanwhile stops the warm-up between two prefill chunks, each
@@ -29,7 +31,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
-from ..stops import Cursor
+from ..stats.record import Timing, new_id, request_row
+from ..stops import Cursor, Mode
 
 WARM_CHUNK_S = 0.25
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
@@ -68,6 +71,7 @@ class Place:
     extra_files: tuple[tuple[str, str], ...] = ()
     current_version: Callable[[], int | None] = lambda: None
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
+    language: str = ""  # the document's languageId, for the stats
 
 
 @dataclass
@@ -78,6 +82,9 @@ class Job(Place):
     cancel: CancelEvent = field(default_factory=CancelEvent)
     future: Future = field(default_factory=Future)
     submitted: float = field(default_factory=time.perf_counter)
+    id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
+    superseded: bool = False  # cancelled because a newer request for the document came
+    timing: Timing = field(default_factory=Timing)
 
 
 @dataclass
@@ -108,8 +115,14 @@ class WorkerStats:
 class Worker:
     """Owns the engine; runs one job at a time."""
 
-    def __init__(self, get_pair: Callable[[], object], pass_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        get_pair: Callable[[], object],
+        pass_delay_s: float = 0.0,
+        record: Callable[[dict], None] | None = None,
+    ) -> None:
         self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
+        self.record = record  # takes each request's stats row (see codespec/stats/record.py)
         self.pass_delay_s = pass_delay_s  # testing aid: slow each target pass down
         self.queues: dict[int, collections.deque[Job]] = {}
         self.order: collections.deque[int] = collections.deque()  # round-robin of sessions
@@ -128,6 +141,7 @@ class Worker:
         with self.cond:
             previous = self.latest.get((job.session, job.uri))
             if previous is not None:
+                previous.superseded = True
                 previous.cancel.set()
             self.latest[(job.session, job.uri)] = job
             if isinstance(self.running, WarmJob):
@@ -137,7 +151,7 @@ class Worker:
                 oldest = min((q[0] for q in self.queues.values() if q), key=lambda j: j.submitted)
                 self.queues[oldest.session].popleft()
                 self.stats.dropped += 1
-                self._answer_empty(oldest)
+                self._answer_empty(oldest, "dropped")
             if job.session not in self.order:
                 self.order.append(job.session)
             self.cond.notify()
@@ -184,13 +198,39 @@ class Worker:
 
     # -- the worker thread --------------------------------------------------------------------
 
-    def _answer_empty(self, job: Job) -> None:
+    def _answer_empty(self, job: Job, outcome: str) -> None:
         """Answer a request that will not run (under ``cond``)."""
         job.cancel.set()
         if self.latest.get((job.session, job.uri)) is job:
             del self.latest[(job.session, job.uri)]
         if job.future.set_running_or_notify_cancel():
             job.future.set_result(None)
+        self._record(job, outcome)
+
+    def _record(self, job: Job, outcome: str, result: CompletionResult | None = None) -> None:
+        """Leave the request's stats row; a recording problem never reaches the request."""
+        if self.record is None:
+            return
+        if outcome == "cancelled" and job.superseded:
+            outcome = "superseded"
+        job.timing.done = job.timing.done or time.perf_counter()
+        mode = result.mode if result is not None else job.options.mode
+        kind = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}.get(mode, "none")
+        try:
+            self.record(
+                request_row(
+                    job.id,
+                    job.language,
+                    kind,
+                    "invoked" if job.options.invoked else "auto",
+                    outcome,
+                    job.timing,
+                    result.text if result is not None else "",
+                    result.stats if result is not None else None,
+                )
+            )
+        except Exception as exc:
+            log.debug("stats row not recorded: %s", exc)
 
     def _next(self) -> Job | WarmJob | None:
         with self.cond:
@@ -201,7 +241,7 @@ class Worker:
                     queue = self.queues.get(session)
                     while queue and time.perf_counter() - queue[0].submitted > QUEUE_DEADLINE_S:
                         self.stats.expired += 1
-                        self._answer_empty(queue.popleft())
+                        self._answer_empty(queue.popleft(), "expired")
                     if queue:
                         self.running = queue.popleft()
                         return self.running
@@ -232,16 +272,20 @@ class Worker:
                         del self.latest[(job.session, job.uri)]
 
     def _serve(self, job: Job) -> None:
+        job.timing.started = time.perf_counter()
         if not job.future.set_running_or_notify_cancel():
+            self._record(job, "cancelled")
             return
         if job.cancel.is_set():
             self.stats.cancelled += 1
             job.future.set_result(None)
+            self._record(job, "cancelled")
             return
         current = job.current_version()
         if current is not None and current > job.version:
             self.stats.stale += 1
             job.future.set_result(None)
+            self._record(job, "stale")
             return
         try:
             pair = self.get_pair()
@@ -262,6 +306,7 @@ class Worker:
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
             self.stats.failed += 1
             job.future.set_exception(exc)
+            self._record(job, "failed")
             return
         stats = result.stats
         if stats is not None:
@@ -278,9 +323,12 @@ class Worker:
                 "passes_final": forwards.forward_calls,
             }
             job.future.set_result(None)
+            self._record(job, "cancelled", result)
             return
         self.stats.served += 1
         self.stats.latencies_s.append(time.perf_counter() - job.submitted)
+        job.timing.done = time.perf_counter()
+        self._record(job, "served" if result.text else "empty", result)
         job.future.set_result(result)
 
     def _warm(self, job: WarmJob) -> None:
@@ -298,6 +346,8 @@ class Worker:
 
     def _on_text(self, job: Job) -> Callable[[str], None]:
         def on_text(text: str) -> None:
+            if job.timing.first_text is None:
+                job.timing.first_text = time.perf_counter()
             if job.on_text is not None and not job.cancel.is_set():
                 job.on_text(text)
             if self.pass_delay_s:

@@ -59,7 +59,7 @@ def test_malformed_messages_get_errors_and_the_server_keeps_serving(daemon):
     error = client.reply_to(5)["error"]
     assert error["code"] == -32602 and "Traceback" not in str(error) and "/work" not in str(error)
     client.send({"jsonrpc": "2.0", "id": 6, "method": "codespec/stats", "params": {}})
-    assert "served" in client.reply_to(6)["result"]
+    assert "served" in client.reply_to(6)["result"]["daemon"]
 
 
 def test_request_after_shutdown_is_refused(daemon):

@@ -132,7 +132,7 @@ async def test_cancel_reaches_the_decode_loop(client):
     with pytest.raises(JsonRpcRequestCancelled):
         await asyncio.wrap_future(future)
     for _ in range(200):
-        stats = await client.protocol.send_request_async("codespec/stats", None)
+        stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
         last = stats.last_cancel
         if last and last.passes_at_cancel is not None:
             break
@@ -182,7 +182,7 @@ async def test_keystroke_storm_answers_every_request_once(client, daemon):
             r for r in batch if isinstance(r, Exception)
         ][:3]
         assert isinstance(batch[-1], types.InlineCompletionList)
-    stats = await client.protocol.send_request_async("codespec/stats", None)
+    stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
     assert stats.served >= 2  # the last request of each storm ran to the end
     # Memory does not grow from run to run (allow allocator noise).
     assert after_second - after_first < 20_000, (before, after_first, after_second)
@@ -210,7 +210,7 @@ async def stats_when(c: LanguageClient, condition, timeout: float = 20.0):
     """Poll `codespec/stats` until ``condition(stats)`` holds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        stats = await c.protocol.send_request_async("codespec/stats", None)
+        stats = (await c.protocol.send_request_async("codespec/stats", None)).daemon
         if condition(stats) or asyncio.get_running_loop().time() > deadline:
             return stats
         await asyncio.sleep(0.1)
@@ -234,13 +234,13 @@ async def test_edits_that_settle_warm_the_next_prompt(client):
     uri = "file:///tmp/warm.py"
     body = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(30))
     open_doc(client, uri, body)
-    before = (await client.protocol.send_request_async("codespec/stats", None)).warmed
+    before = ((await client.protocol.send_request_async("codespec/stats", None)).daemon).warmed
     edit(client, uri, 2, 90, 0, "def g(y):\n    return y")
     stats = await stats_when(client, lambda s: s.warmed > before and s.warm_tokens > 0)
     assert stats.warmed > before and stats.warm_tokens > 300
     result = await client.text_document_inline_completion_async(params(uri, 91, 12))
     assert result is not None
-    stats = await client.protocol.send_request_async("codespec/stats", None)
+    stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
     assert stats.last_prompt.prefill_tokens <= 2, stats.last_prompt
     assert stats.last_prompt.cached_tokens > 300
 
@@ -248,7 +248,7 @@ async def test_edits_that_settle_warm_the_next_prompt(client):
 async def test_a_resting_cursor_warms_its_place(client):
     uri = "file:///tmp/rest.py"
     open_doc(client, uri, "import os\n\n\ndef main():\n    path = os.getcwd()\n    \n")
-    before = (await client.protocol.send_request_async("codespec/stats", None)).warmed
+    before = ((await client.protocol.send_request_async("codespec/stats", None)).daemon).warmed
     client.protocol.notify(
         "codespec/cursor",
         {"textDocument": {"uri": uri}, "position": {"line": 5, "character": 4}},
@@ -256,7 +256,7 @@ async def test_a_resting_cursor_warms_its_place(client):
     stats = await stats_when(client, lambda s: s.warmed > before)
     assert stats.warmed > before
     await client.text_document_inline_completion_async(params(uri, 5, 4))
-    stats = await client.protocol.send_request_async("codespec/stats", None)
+    stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
     assert stats.last_prompt.prefill_tokens <= 2, stats.last_prompt
 
 
@@ -270,5 +270,5 @@ async def test_no_warm_up_for_a_disabled_language(client):
     before = stats.warmed
     edit(client, uri, 2, 1, 0, "local y = 2")
     await asyncio.sleep(1.5)  # five times the warm-up delay
-    stats = await client.protocol.send_request_async("codespec/stats", None)
+    stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
     assert stats.warmed == before

@@ -1,0 +1,126 @@
+"""The row one completion request leaves in the store, built from what the worker saw.
+
+Only numbers and labels: the suggestion's length in tokens, characters and lines, never its
+text; the document's language, never its name or contents.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+
+OUTCOMES = (
+    "served",  # answered with a suggestion
+    "empty",  # the model ran (or had nothing to do here) and produced no text
+    "cancelled",  # the client cancelled it ($/cancelRequest) or its session ended
+    "superseded",  # a newer request for the same document replaced it
+    "stale",  # the document changed before it ran
+    "failed",  # the model call raised
+    "dropped",  # the queue was full
+    "expired",  # it waited past the queue deadline
+)
+
+# column -> SQL type; the order is the table's column order
+REQUEST_COLUMNS: dict[str, str] = {
+    "id": "TEXT PRIMARY KEY",
+    "t": "REAL NOT NULL",  # unix time the request arrived
+    "language": "TEXT NOT NULL",
+    "kind": "TEXT NOT NULL",  # single | multi | none (no completion wanted at that place)
+    "trigger": "TEXT NOT NULL",  # auto | invoked
+    "outcome": "TEXT NOT NULL",
+    "stop": "TEXT NOT NULL DEFAULT ''",  # eos | max_tokens | stop_rule | cancelled
+    "tokens": "INTEGER NOT NULL DEFAULT 0",
+    "chars": "INTEGER NOT NULL DEFAULT 0",
+    "lines": "INTEGER NOT NULL DEFAULT 0",
+    "passes": "INTEGER NOT NULL DEFAULT 0",  # target passes, the first token's prefill included
+    "ngram_proposed": "INTEGER NOT NULL DEFAULT 0",
+    "ngram_accepted": "INTEGER NOT NULL DEFAULT 0",
+    "draft_proposed": "INTEGER NOT NULL DEFAULT 0",
+    "draft_accepted": "INTEGER NOT NULL DEFAULT 0",
+    "prefill_tokens": "INTEGER NOT NULL DEFAULT 0",  # prompt tokens computed
+    "cached_tokens": "INTEGER NOT NULL DEFAULT 0",  # prompt tokens reused from the KV cache
+    "decode_s": "REAL NOT NULL DEFAULT 0",  # time spent generating, for tokens/s
+    "queue_ms": "REAL",
+    "prefill_ms": "REAL",
+    "first_ms": "REAL",  # request arrived -> first streamed text
+    "total_ms": "REAL",  # request arrived -> answer
+    # the user's verdict (see verdicts.py); a suggestion is counted once, in this row
+    "shown": "INTEGER NOT NULL DEFAULT 0",
+    "verdict": "TEXT",  # accepted | partial | rejected | NULL (not judged yet)
+    "accepted_chars": "INTEGER NOT NULL DEFAULT 0",
+    "verdict_source": "TEXT",  # explicit (an event from the client) | inferred (from edits)
+}
+VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
+MAX_LABEL = 64  # a languageId is a label, not a place to store text
+
+
+def _default(kind: str) -> object:
+    """A column's value before anything is known: its SQL default, else NULL."""
+    if "DEFAULT ''" in kind:
+        return ""
+    if "DEFAULT 0" in kind:
+        return 0.0 if kind.startswith("REAL") else 0
+    return None
+
+
+def new_id() -> str:
+    """A suggestion id: unguessable, so one session cannot judge another's suggestions."""
+    return secrets.token_hex(8)
+
+
+@dataclass
+class Timing:
+    """Clock readings (``time.perf_counter``) of one request, filled in as it runs."""
+
+    arrived: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+    first_text: float | None = None
+    done: float | None = None
+
+    def ms(self, start: float | None, end: float | None) -> float | None:
+        return None if start is None or end is None else 1000 * (end - start)
+
+
+def request_row(
+    request_id: str,
+    language: str,
+    kind: str,
+    trigger: str,
+    outcome: str,
+    timing: Timing,
+    text: str = "",
+    stats: object | None = None,
+    wall_time: float | None = None,
+) -> dict:
+    """The store's row for one request; ``stats`` is the engine's ``GenerationStats`` when the
+    model ran."""
+    row: dict = {name: _default(kind) for name, kind in REQUEST_COLUMNS.items()}
+    row |= {
+        "id": request_id,
+        "t": wall_time if wall_time is not None else time.time(),
+        "language": (language or "unknown")[:MAX_LABEL],
+        "kind": kind,
+        "trigger": trigger,
+        "outcome": outcome,
+        "chars": len(text),
+        "lines": text.count("\n") + 1 if text else 0,
+        "queue_ms": timing.ms(timing.arrived, timing.started),
+        "first_ms": timing.ms(timing.arrived, timing.first_text),
+        "total_ms": timing.ms(timing.arrived, timing.done),
+    }
+    if stats is not None:
+        row.update(
+            stop=stats.stop_reason,
+            tokens=stats.tokens,
+            passes=stats.target_passes + 1 if stats.tokens else stats.target_passes,
+            ngram_proposed=stats.proposed.get("ngram", 0),
+            ngram_accepted=stats.accepted.get("ngram", 0),
+            draft_proposed=stats.proposed.get("draft", 0),
+            draft_accepted=stats.accepted.get("draft", 0),
+            prefill_tokens=stats.prefill_tokens,
+            cached_tokens=stats.cached_tokens,
+            decode_s=max(stats.total_s - stats.prefill_s, 0.0),
+            prefill_ms=1000 * stats.prefill_s,
+        )
+    return row

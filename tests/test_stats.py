@@ -1,0 +1,397 @@
+"""Acceptance stats without a daemon: the verdict rules, the SQLite store under faults, the
+report and `codespec stats`."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from codespec.stats.record import Timing, request_row
+from codespec.stats.report import ReportError, build, parse_since, table
+from codespec.stats.store import SCHEMA_VERSION, Store, StoreError, open_readonly
+from codespec.stats.verdicts import EXPIRE_S, Ledger, Suggestion
+
+# -- verdicts -------------------------------------------------------------------------------
+
+
+class Recorder:
+    """What a ledger wrote, folded into one row per id as the store would."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+        self.writes = 0
+
+    def __call__(self, suggestion_id: str, fields: dict) -> None:
+        self.writes += 1
+        self.rows.setdefault(suggestion_id, {"shown": 0, "verdict": None}).update(fields)
+
+
+def offered(ledger: Ledger, sid: str, text: str = "return x", uri: str = "file:///a.py"):
+    ledger.offered(Suggestion(sid, uri, "def f(x):\n    ", "\n", text))
+
+
+def test_inferred_accept_then_explicit_accept_is_counted_once():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    ledger.document_changed("file:///a.py", "def f(x):\n    return x\n")
+    ledger.explicit("codespec.didAccept", ["a"])  # the item's command, after the edit
+    assert rec.rows["a"] == {
+        "shown": 1,
+        "verdict": "accepted",
+        "accepted_chars": 8,
+        "verdict_source": "inferred",
+    }
+    assert rec.writes == 2  # shown, then the verdict: nothing twice
+
+
+def test_explicit_verdict_beats_the_inferred_one():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    ledger.document_changed("file:///a.py", "def f(x):\n    ret\n")  # accept-word
+    ledger.explicit("codespec.didPartialAccept", ["a", 3])
+    ledger.document_changed("file:///a.py", "def f(x):\n    retry()\n")  # typed over the rest
+    assert rec.rows["a"]["verdict"] == "partial"
+    assert rec.rows["a"]["accepted_chars"] == 3
+    assert rec.rows["a"]["verdict_source"] == "explicit"
+    assert not ledger.open
+
+
+def test_typing_through_is_in_progress_and_departing_rejects():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    ledger.document_changed("file:///a.py", "def f(x):\n    re\n")  # typed what it shows
+    assert "verdict" not in rec.rows["a"] or rec.rows["a"]["verdict"] is None
+    ledger.document_changed("file:///a.py", "def f(x):\n    rex\n")  # departed after 2 chars
+    assert rec.rows["a"]["verdict"] == "partial" and rec.rows["a"]["accepted_chars"] == 2
+    offered(ledger, "b")
+    ledger.document_changed("file:///a.py", "def f(x):\n    pass\n")
+    assert rec.rows["b"]["verdict"] == "rejected"
+    assert rec.rows["b"]["verdict_source"] == "inferred"
+
+
+def test_an_edit_elsewhere_in_the_window_departs():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    ledger.document_changed("file:///a.py", "def g(x):\n    \n")
+    assert rec.rows["a"]["verdict"] == "rejected"
+
+
+def test_unknown_ids_and_bad_arguments_are_ignored():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    for command, args in [
+        ("codespec.didAccept", ["nope"]),
+        ("codespec.didAccept", []),
+        ("codespec.didAccept", [{"x": 1}]),
+        ("codespec.didPartialAccept", ["a"]),
+        ("codespec.didPartialAccept", ["a", -4]),
+        ("codespec.didPartialAccept", ["a", True]),
+    ]:
+        ledger.explicit(command, args)
+    assert rec.rows["a"] == {"shown": 1, "verdict": None}
+
+
+def test_partial_accepts_add_up_to_a_full_accept():
+    rec = Recorder()
+    ledger = Ledger(rec)
+    offered(ledger, "a")
+    ledger.explicit("codespec.didPartialAccept", ["a", 6])
+    assert rec.rows["a"]["verdict"] == "partial"
+    ledger.explicit("codespec.didPartialAccept", ["a", 6])
+    assert rec.rows["a"]["verdict"] == "accepted" and rec.rows["a"]["accepted_chars"] == 8
+
+
+def test_a_client_that_reports_shows_counts_only_what_it_showed():
+    rec = Recorder()
+    ledger = Ledger(rec, client_reports_shown=True)
+    offered(ledger, "a")
+    offered(ledger, "b")  # "a" was never shown: no verdict either
+    assert "a" not in rec.rows
+    ledger.explicit("codespec.didShow", ["b"])
+    ledger.explicit("codespec.didDismiss", ["b"])
+    assert rec.rows["b"] == {
+        "shown": 1,
+        "verdict": "rejected",
+        "accepted_chars": 0,
+        "verdict_source": "explicit",
+    }
+
+
+def test_unjudged_suggestions_expire_and_sessions_end_them():
+    now = [0.0]
+    rec = Recorder()
+    ledger = Ledger(rec, clock=lambda: now[0])
+    offered(ledger, "a")
+    offered(ledger, "b", uri="file:///b.py")
+    now[0] = EXPIRE_S + 1
+    ledger.explicit("codespec.didAccept", ["a"])  # too late: expired, left unaccepted
+    assert rec.rows["a"]["verdict"] == "rejected"
+    offered(ledger, "c")
+    ledger.end()
+    assert rec.rows["c"]["verdict"] == "rejected" and not ledger.open
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+def row(request_id: str, language: str = "python", age_s: float = 0.0, **extra) -> dict:
+    timing = Timing(arrived=0.0, started=0.01, first_text=0.1, done=0.3)
+    base = request_row(request_id, language, "single", "auto", "served", timing, "x = 1")
+    base["t"] = time.time() - age_s
+    return {**base, **extra}
+
+
+def count(store: Store) -> int:
+    return store.read(lambda conn: conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+
+
+def test_store_commits_in_batches_and_a_reader_sees_them(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    for i in range(50):
+        store.put_request(row(f"r{i}"))
+    store.put_verdict("r3", {"shown": 1, "verdict": "accepted", "accepted_chars": 5})
+    assert store.flush()
+    reader = open_readonly(tmp_path / "s.sqlite3")
+    assert reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 50
+    assert reader.execute("SELECT verdict FROM requests WHERE id='r3'").fetchone()[0] == "accepted"
+    assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert (tmp_path / "s.sqlite3").stat().st_mode & 0o777 == 0o600
+    store.close()
+
+
+def test_a_reader_holding_a_transaction_does_not_block_the_writer(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.put_request(row("a"))
+    store.flush()
+    reader = sqlite3.connect(tmp_path / "s.sqlite3")
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1  # a snapshot
+    store.put_request(row("b"))
+    started = time.monotonic()
+    assert store.flush(timeout=5)
+    assert time.monotonic() - started < 4
+    assert reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1  # still its snapshot
+    reader.rollback()
+    assert reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 2
+    assert store.status == "file"
+    store.close()
+
+
+def test_rows_older_than_the_retention_are_pruned_on_open(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("old", age_s=40 * 86400))
+    store.put_request(row("new", age_s=60))
+    store.close()
+    store = Store(path, retention_days=30)
+    assert store.read(lambda c: [r[0] for r in c.execute("SELECT id FROM requests")]) == ["new"]
+    store.close()
+
+
+def test_a_corrupt_file_is_moved_aside_with_one_warning(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    path.write_bytes(b"this is not a database, it is junk" * 200)
+    store = Store(path)
+    assert store.status == "file" and len(store.warnings) == 1
+    assert "moved to" in store.warnings[0]
+    aside = list(tmp_path.glob("s.sqlite3.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not")
+    store.put_request(row("a"))
+    store.flush()
+    assert count(store) == 1
+    store.close()
+
+
+def test_an_unwritable_place_keeps_counts_in_memory(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the state dir should be")
+    store = Store(blocker / "s.sqlite3")
+    assert store.status.startswith("memory: cannot write") and len(store.warnings) == 1
+    store.put_request(row("a"))
+    store.flush()
+    assert count(store) == 1
+    store.close()
+
+
+def test_a_full_disk_moves_the_rows_to_memory_with_one_warning(tmp_path):
+    store = Store(tmp_path / "s.sqlite3", max_pages=12)  # a "disk" of 12 pages
+    for i in range(600):
+        store.put_request(row(f"r{i}"))
+        if i % 100 == 99:
+            store.flush()
+    store.flush()
+    assert store.status.startswith("memory") and "full" in store.status
+    assert len(store.warnings) == 1
+    assert count(store) == 600  # what the file held was carried over; nothing lost
+    store.close()
+
+
+def test_a_newer_schema_is_left_alone(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    assert store.status.startswith("memory") and "newer codespec" in store.status
+    store.close()
+    assert not list(tmp_path.glob("*.corrupt-*"))  # not moved aside, not migrated
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM meta").fetchone()[0] == str(SCHEMA_VERSION + 1)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name='requests'").fetchone() is None
+    with pytest.raises(StoreError):
+        open_readonly(path)
+
+
+def test_put_never_waits_for_the_disk(tmp_path):
+    """The worker thread only appends to a queue, even while the writer holds its lock."""
+    store = Store(tmp_path / "s.sqlite3")
+    done = threading.Event()
+    with store.lock:  # the writer is stuck (a slow disk)
+        threading.Thread(target=lambda: (store.put_request(row("a")), done.set())).start()
+        assert done.wait(2)
+    store.flush()
+    assert count(store) == 1
+    store.close()
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def test_report_figures_by_language_kind_and_day():
+    rows = [
+        {
+            **row("a"),
+            "shown": 1,
+            "verdict": "accepted",
+            "accepted_chars": 5,
+            "tokens": 4,
+            "passes": 2,
+            "decode_s": 0.5,
+            "ngram_proposed": 6,
+            "ngram_accepted": 3,
+        },
+        {
+            **row("b"),
+            "shown": 1,
+            "verdict": "partial",
+            "accepted_chars": 2,
+            "tokens": 6,
+            "passes": 3,
+            "decode_s": 1.0,
+        },
+        {
+            **row("c", "go"),
+            "shown": 1,
+            "verdict": "rejected",
+            "kind": "multi",
+            "trigger": "invoked",
+        },
+        {**row("d", "go"), "outcome": "superseded", "chars": 0},
+    ]
+    report = build(rows)
+    python = next(g for g in report["groups"] if g["key"] == "python")
+    assert (python["shown"], python["accepted"], python["partial"]) == (2, 1, 1)
+    assert python["acceptance_rate"] == 0.5 and python["char_acceptance_rate"] == 0.7
+    assert python["tokens_per_pass"] == 2.0 and python["tokens_per_s"] == 10 / 1.5
+    assert python["ngram"] == {"proposed": 6, "accepted": 3, "rate": 0.5}
+    assert report["total"]["outcomes"] == {"served": 3, "superseded": 1}
+    assert report["total"]["latency_ms"]["first_ms"]["p50"] == pytest.approx(100)
+    kinds = {g["key"] for g in build(rows, "kind")["groups"]}
+    assert kinds == {"single/auto", "multi/invoked"}
+    assert len(build(rows, "day")["groups"]) == 1
+    assert "python" in table(report) and "total" in table(report)
+    with pytest.raises(ReportError):
+        build(rows, "colour")
+
+
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("2w", 14 * 86400), ("all", None)],
+)
+def test_since_spans(text, seconds):
+    assert parse_since(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["7", "d7", "-1d", "7 days", ""])
+def test_bad_since_spans(text):
+    with pytest.raises(ReportError):
+        parse_since(text)
+
+
+def stats_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "codespec", "stats", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_reports_json_table_and_a_self_contained_page(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("a", "python"))
+    store.put_request(row("b", "rust", age_s=3 * 86400))
+    store.put_verdict("a", {"shown": 1, "verdict": "accepted", "accepted_chars": 5})
+    store.close()
+    out = stats_cli("--db", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["total"]["accepted"] == 1 and report["total"]["requests"] == 2
+    recent = json.loads(stats_cli("--db", str(path), "--json", "--since", "1d").stdout)
+    assert [g["key"] for g in recent["groups"]] == ["python"]
+    only = json.loads(stats_cli("--db", str(path), "--json", "--language", "rust").stdout)
+    assert only["total"]["requests"] == 1
+    text = stats_cli("--db", str(path)).stdout
+    assert "python" in text and "rust" in text
+    page = tmp_path / "report.html"
+    out = stats_cli("--db", str(path), "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    html = page.read_text()
+    assert html.count("<svg") == 4 and "<script" not in html
+    # nothing fetched at view time: no resource named by address
+    assert not re.search(
+        r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?(https?:|//)|@import""", html
+    )
+
+
+def test_cli_on_an_empty_or_missing_store_says_so_in_one_line(tmp_path):
+    out = stats_cli("--db", str(tmp_path / "none.sqlite3"))
+    assert out.returncode == 0 and out.stdout.count("\n") == 1
+    assert "no completions recorded yet" in out.stdout
+    Store(tmp_path / "empty.sqlite3").close()
+    out = stats_cli("--db", str(tmp_path / "empty.sqlite3"), "--since", "7d")
+    assert out.returncode == 0 and "no completions recorded in the last 7d" in out.stdout
+    bad = stats_cli("--db", str(tmp_path / "empty.sqlite3"), "--since", "soon")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_bytes(b"junk" * 1000)
+    out = stats_cli("--db", str(junk))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_rows_hold_no_source_text(tmp_path):
+    """Only lengths and labels: the suggestion's text never reaches the store."""
+    secret = "password = 'hunter2'"
+    timing = Timing(arrived=0.0, done=0.1)
+    store = Store(tmp_path / "s.sqlite3")
+    store.put_request(request_row("a", "python", "single", "auto", "served", timing, secret))
+    store.close()
+    assert b"hunter2" not in Path(tmp_path / "s.sqlite3").read_bytes()
+    for extra in tmp_path.glob("s.sqlite3-*"):
+        assert b"hunter2" not in extra.read_bytes()
