@@ -235,7 +235,8 @@ class Relay:
             sys.stderr.flush()
             os._exit(1)
 
-    def downstream(self) -> None:
+    def downstream(self) -> bool:
+        """Daemon -> editor until the editor leaves (True) or no daemon can be had (False)."""
         while True:
             stream = self.sock.makefile("rb")
             while (body := _read_or_none(stream)) is not None:
@@ -248,27 +249,37 @@ class Relay:
                 self.mirror.from_daemon(message)
                 self.write_client(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             if not self.stdin_open or self.mirror.exited:
-                return
+                return True
             try:
                 self.restart()
             except (OSError, TimeoutError) as exc:
                 print(
                     f"codespec lsp: the daemon is gone and did not restart: {exc}", file=sys.stderr
                 )
-                return
+                return False
 
-    def restart(self) -> None:
-        """The daemon went away while the editor is still here: start another, hand over."""
+    def restart(self, attempts: int = 20) -> None:
+        """The daemon went away while the editor is still here: start another, hand over.
+
+        A connection made while the dead daemon's listening socket is still being torn down
+        is accepted by the kernel and then reset: such an attempt is retried."""
         for reply in self.mirror.orphan_replies():
             self.write_client(frame(reply))
-        new = self.connect_fn()
-        for message in self.mirror.replay():
-            new.sendall(frame(message))
+        for attempt in range(attempts):
+            new = self.connect_fn()
+            try:
+                for message in self.mirror.replay():
+                    new.sendall(frame(message))
+                break
+            except OSError:
+                new.close()
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.25)
         with self.lock:
             self.sock = new
             self.lock.notify_all()
 
     def run(self) -> int:
         threading.Thread(target=self.upstream, daemon=True).start()
-        self.downstream()
-        return 0
+        return 0 if self.downstream() else 1
