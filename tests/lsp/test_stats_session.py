@@ -336,3 +336,41 @@ def test_store_faults_leave_completions_working_and_are_reported_once(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_hostile_verdicts_and_filters_get_plain_errors_and_count_nothing(stats_daemon):
+    proc, socket_path, db = stats_daemon
+    client = session(socket_path, reports_verdicts=True)
+    hostile = [
+        {"command": "codespec.didAccept", "arguments": {"id": 1}},
+        {"command": "codespec.didAccept", "arguments": "x"},
+        {"command": "codespec.didAccept", "arguments": [[[[1]]]]},
+        {"command": "codespec.didPartialAccept", "arguments": ["a" * 100_000, 10**30]},
+        {"command": "codespec.didDismiss", "arguments": [None, None, None]},
+        {"command": "codespec.nope", "arguments": []},
+        {"command": 5},
+        {},
+    ]
+    for i, params in enumerate(hostile):
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": f"h{i}",
+                "method": "workspace/executeCommand",
+                "params": params,
+            }
+        )
+        reply = client.reply_to(f"h{i}")
+        if "error" in reply:
+            assert reply["error"]["code"] == -32602, reply
+            assert "Traceback" not in json.dumps(reply) and "/work" not in json.dumps(reply)
+    for i, params in enumerate(
+        [{"since": "9" * 400 + "d"}, {"since": 7}, {"language": 5}, {"by": "x"}, [1], "x"]
+    ):
+        client.send({"jsonrpc": "2.0", "id": f"s{i}", "method": "codespec/stats", "params": params})
+        reply = client.reply_to(f"s{i}")
+        assert "result" in reply or reply["error"]["code"] == -32602, reply
+    python = Editor(client, "python", reports_verdicts=True)
+    python.accept()
+    assert by_language(stats_request(client, {})) == {"python": (1, 1, 0, 0)}
+    assert proc.poll() is None
