@@ -34,6 +34,8 @@ import platformdirs
 from .files import FileError, read_text
 
 REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+# In a checkout `codespec/pairs` links to `models/`; a built wheel carries the files themselves.
+PACKAGE_PAIRS_DIR = Path(__file__).resolve().parent / "pairs"
 DEFAULT_PAIR = "qwen2.5-coder-1.5b"
 CACHE_FORMAT = 1  # bump when the layout of a prepared model changes
 QUANT_FORMAT = 1  # likewise for the quantized form
@@ -90,11 +92,12 @@ class PairManifest:
 
 
 def manifest_dirs() -> list[Path]:
-    """Folders searched for pair manifests: the user's config dir first, then the repo's."""
+    """Folders searched for pair manifests: the user's config dir first, then the checkout's
+    ``models/``, then the ones installed with the package."""
     dirs = [Path(platformdirs.user_config_dir("codespec")) / "models"]
     if env := os.environ.get("CODESPEC_MODELS_DIR"):
         dirs.insert(0, Path(env))
-    dirs.append(REPO_MODELS_DIR)
+    dirs += [REPO_MODELS_DIR, PACKAGE_PAIRS_DIR]
     return dirs
 
 
