@@ -395,3 +395,18 @@ def test_rows_hold_no_source_text(tmp_path):
     assert b"hunter2" not in Path(tmp_path / "s.sqlite3").read_bytes()
     for extra in tmp_path.glob("s.sqlite3-*"):
         assert b"hunter2" not in extra.read_bytes()
+
+
+def test_the_status_line_shows_acceptance_since_the_daemon_started(tmp_path):
+    from codespec.server.config import Settings
+    from codespec.server.daemon import Daemon
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.put_request({**row("before", age_s=3600), "shown": 1, "verdict": "accepted"})
+    daemon = Daemon(lambda: None, Settings(), store=store)
+    for i, verdict in enumerate(["accepted", "rejected", "partial", None]):
+        store.put_request({**row(f"r{i}"), "shown": int(verdict is not None), "verdict": verdict})
+    store.flush()
+    assert daemon.status_line().endswith("| accepted 1/3 shown (33%)")
+    daemon.worker.stop()
+    store.close()

@@ -307,7 +307,7 @@ async def _status_ticker(daemon: Daemon) -> None:
     tty = sys.stderr.isatty()
     last = ""
     while True:
-        line = daemon.status_line()
+        line = await asyncio.to_thread(daemon.status_line)  # it reads the store: not on the loop
         if tty:
             sys.stderr.write("\r\x1b[2K" + line)
             sys.stderr.flush()

@@ -233,9 +233,14 @@ async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
         since_s = report.parse_since(since)
         if language is not None and not isinstance(language, str):
             raise report.ReportError("language must be a string")
-        await asyncio.to_thread(store.flush)
-        rows = store.read(lambda conn: report.fetch(conn, since_s, language))
-        built = report.build(rows, by if isinstance(by, str) else "?", since, language)
+        grouping = by if isinstance(by, str) else "?"
+
+        def read_report() -> dict:  # off the event loop: a long history takes a while
+            store.flush()
+            rows = store.read(lambda conn: report.fetch(conn, since_s, language))
+            return report.build(rows, grouping, since, language)
+
+        built = await asyncio.to_thread(read_report)
     except report.ReportError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None
     return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
