@@ -229,17 +229,12 @@ async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
     reply: dict = {"daemon": worker_stats(worker)}
     if store is None:
         return {**reply, "store": None}
+
+    def read_report() -> dict:  # off the event loop: a long history takes a while
+        store.flush()
+        return store.read(lambda conn: report.query(conn, since, language, by))[1]
+
     try:
-        since_s = report.parse_since(since)
-        if language is not None and not isinstance(language, str):
-            raise report.ReportError("language must be a string")
-        grouping = by if isinstance(by, str) else "?"
-
-        def read_report() -> dict:  # off the event loop: a long history takes a while
-            store.flush()
-            rows = store.read(lambda conn: report.fetch(conn, since_s, language))
-            return report.build(rows, grouping, since, language)
-
         built = await asyncio.to_thread(read_report)
     except report.ReportError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None

@@ -81,10 +81,9 @@ class Job(Place):
     on_text: Callable[[str], None] | None = None
     cancel: CancelEvent = field(default_factory=CancelEvent)
     future: Future = field(default_factory=Future)
-    submitted: float = field(default_factory=time.perf_counter)
     id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
     superseded: bool = False  # cancelled because a newer request for the document came
-    timing: Timing = field(default_factory=Timing)
+    timing: Timing = field(default_factory=Timing)  # arrived: when it was submitted
 
 
 @dataclass
@@ -148,7 +147,9 @@ class Worker:
                 self.running.cancel.set()  # a request outranks any warm-up
             self.queues.setdefault(job.session, collections.deque()).append(job)
             while sum(len(q) for q in self.queues.values()) > MAX_QUEUED:
-                oldest = min((q[0] for q in self.queues.values() if q), key=lambda j: j.submitted)
+                oldest = min(
+                    (q[0] for q in self.queues.values() if q), key=lambda j: j.timing.arrived
+                )
                 self.queues[oldest.session].popleft()
                 self.stats.dropped += 1
                 self._answer_empty(oldest, "dropped")
@@ -239,7 +240,9 @@ class Worker:
                     session = self.order[0]
                     self.order.rotate(-1)
                     queue = self.queues.get(session)
-                    while queue and time.perf_counter() - queue[0].submitted > QUEUE_DEADLINE_S:
+                    while (
+                        queue and time.perf_counter() - queue[0].timing.arrived > QUEUE_DEADLINE_S
+                    ):
                         self.stats.expired += 1
                         self._answer_empty(queue.popleft(), "expired")
                     if queue:
@@ -326,8 +329,8 @@ class Worker:
             self._record(job, "cancelled", result)
             return
         self.stats.served += 1
-        self.stats.latencies_s.append(time.perf_counter() - job.submitted)
         job.timing.done = time.perf_counter()
+        self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
         self._record(job, "served" if result.text else "empty", result)
         job.future.set_result(result)
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from ..server.framing import FramingError, frame, read_frame_sync
-from .report import ReportError, build, fetch, parse_since, table
+from .report import ReportError, parse_since, query, table
 from .store import StoreError, default_path, open_readonly
 
 EXIT_USAGE = 2
@@ -19,7 +19,7 @@ EXIT_USAGE = 2
 
 def run(args: argparse.Namespace) -> int:
     try:
-        since_s = parse_since(args.since)
+        parse_since(args.since)  # a bad span is a usage error before anything is read
     except ReportError as exc:
         return _fail(str(exc), EXIT_USAGE)
     path = Path(args.db) if args.db else default_path()
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         return _fail(str(exc))
     with conn:
-        rows = fetch(conn, since_s, args.language)
-    report = {**build(rows, args.by, args.since, args.language), "store": {"path": str(path)}}
+        rows, report = query(conn, args.since, args.language, args.by)
+    report["store"] = {"path": str(path)}
     if not rows and not args.json:
         window = "" if args.since == "all" else f" in the last {args.since}"
         language = f" for {args.language}" if args.language else ""

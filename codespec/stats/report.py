@@ -53,6 +53,18 @@ def fetch(
     return [dict(zip(names, row, strict=True)) for row in conn.execute(query + " ORDER BY t", args)]
 
 
+def query(
+    conn: sqlite3.Connection, since: str | None, language: object, by: object
+) -> tuple[list[dict], dict]:
+    """Check the filters a user or client gave, then the rows and the report for them (the
+    one path for ``codespec stats`` and the ``codespec/stats`` request)."""
+    since_s = parse_since(since)
+    if language is not None and not isinstance(language, str):
+        raise ReportError("language must be a string")
+    rows = fetch(conn, since_s, language)
+    return rows, build(rows, by if isinstance(by, str) else repr(by), since, language)
+
+
 def group_key(row: dict, by: str) -> str:
     if by == "kind":
         return f"{row['kind']}/{row['trigger']}"
