@@ -29,7 +29,9 @@ def lua_string(value: str) -> str:
 class Editor:
     """One headless Neovim with the plugin loaded from the checkout."""
 
-    def __init__(self, binary: Path, workdir: Path, cmd: list[str] | None, plugin=PLUGIN):
+    def __init__(
+        self, binary: Path, workdir: Path, cmd: list[str] | None, plugin=PLUGIN, settings=SETTINGS
+    ):
         import pynvim  # a dev dependency
 
         self.nvim = pynvim.attach(
@@ -39,7 +41,7 @@ class Editor:
         self.nvim.command(f"set rtp^={plugin} noswapfile noautoindent")
         self.nvim.command(f"cd {workdir}")
         cmd_lua = "nil" if cmd is None else "{" + ",".join(lua_string(c) for c in cmd) + "}"
-        settings = ",".join(f"{k}={str(v).lower()}" for k, v in SETTINGS.items())
+        settings = ",".join(f"{k}={str(v).lower()}" for k, v in settings.items())
         self.nvim.exec_lua(
             f"require('codespec').setup({{cmd={cmd_lua}, debounce_ms=60, settings={{{settings}}}}})"
         )
@@ -231,3 +233,57 @@ def test_the_daemon_killed_mid_session_comes_back(version, server, tmp_path):
         assert editor.lua("return require('codespec').state.client_id") is not None
     finally:
         editor.close()
+
+
+FIBONACCI = '''def fibonacci(n: int) -> int:
+    """Return the n-th Fibonacci number."""
+    if n < 2:
+        return n
+'''
+
+
+def test_the_embedded_pair_completes_in_neovim(tmp_path):
+    """The path a user takes: the default pair and settings, a real Python file (Neovim 0.11)."""
+    socket_path = tmp_path / "embedded.sock"
+    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)]
+    source = tmp_path / "fib.py"
+    source.write_text(FIBONACCI, encoding="utf-8")
+    editor = Editor(neovim("0.11.4"), tmp_path, cmd, settings={})
+    try:
+        editor.nvim.command(f"edit {source}")
+        editor.nvim.input("Go")
+        editor.type("    return ", delay=0.12)
+        ghost = editor.wait_ghost(timeout=300)  # the first request loads the model
+        assert ghost.strip(), ghost
+        screenshot_neovim(editor, tmp_path / "neovim-ghost-text.png")
+        editor.nvim.input("<Tab>")
+        time.sleep(0.3)
+        assert editor.line(4) == "    return " + ghost.split("\n")[0]
+    finally:
+        editor.close()
+        lock = socket_path.with_name(socket_path.name + ".lock")
+        if lock.exists() and (pid := lock.read_text().strip()):
+            os.kill(int(pid), signal.SIGTERM)
+
+
+def screenshot_neovim(editor: Editor, path: Path) -> None:
+    """The window as Neovim renders it to HTML (`:TOhtml`, ghost text included), in chromium;
+    copied into docs/img when CODESPEC_UPDATE_SCREENSHOTS is set."""
+    from playwright.sync_api import sync_playwright
+
+    page_path = path.with_suffix(".html")
+    editor.lua(
+        "vim.o.termguicolors = true; vim.o.background = 'dark'; vim.cmd('syntax on'); "
+        "vim.o.number = true; "
+        "vim.fn.writefile(require('tohtml').tohtml(0, { title = 'fib.py' }), "
+        f"{lua_string(str(page_path))})"
+    )
+    with sync_playwright() as playwright:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        page = browser.new_page(viewport={"width": 900, "height": 260})
+        page.goto(page_path.as_uri())
+        page.screenshot(path=str(path))
+        browser.close()
+    if os.environ.get("CODESPEC_UPDATE_SCREENSHOTS"):
+        shutil.copy(path, ROOT / "docs" / "img" / path.name)

@@ -1,0 +1,394 @@
+// codespec for VS Code: ghost-text completions from the local codespec daemon.
+//
+// The extension starts `codespec lsp` (which relays to the shared daemon, starting it when none
+// runs) through vscode-languageclient, which keeps the documents in sync. Completions come from
+// our own InlineCompletionItemProvider (inline.ts) over that connection, so that streamed text,
+// accept word / line and the verdicts of lsp/PROTOCOL.md work on the stable VS Code API. A status
+// bar item shows loading / ready / busy / disabled / error with the last latency and tokens per
+// target pass; the palette has enable/disable (globally or for a language), restart and stats.
+
+import * as fs from "node:fs";
+import * as vscode from "vscode";
+import {
+  LanguageClient,
+  State,
+  WorkDoneProgress,
+  type LanguageClientOptions,
+  type ServerOptions,
+  type StaticFeature,
+} from "vscode-languageclient/node";
+import { GhostText } from "./inline";
+import { findServer, serverSettings } from "./pure";
+
+type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error";
+
+class Codespec {
+  client: LanguageClient | undefined;
+  status: Status = "starting";
+  detail = "";
+  lastLatencyMs: number | undefined;
+  tokensPerPass: number | undefined;
+  private statsAsked = 0;
+  private inFlight = false; // a completion request waits for its reply
+  readonly bar = vscode.window.createStatusBarItem("codespec.status", vscode.StatusBarAlignment.Right, 100);
+  readonly output = vscode.window.createOutputChannel("codespec", { log: true });
+  readonly ghost = new GhostText(
+    () => (this.client?.state === State.Running ? this.client : undefined),
+    (document) => this.enabledFor(document.languageId),
+    () => config().get<number>("debounceMs", 150),
+    {
+      busy: () => {
+        this.inFlight = true;
+        if (this.status !== "loading") {
+          this.setStatus("busy");
+        }
+      },
+      done: (latencyMs, error) => {
+        this.inFlight = false;
+        if (latencyMs !== undefined) {
+          this.lastLatencyMs = latencyMs;
+          this.askTokensPerPass();
+        }
+        this.setStatus(error ? "error" : "ready", error ?? "");
+      },
+    },
+    (message) => this.debug(message),
+  );
+
+  /** Debug lines: the output channel, and the file named by CODESPEC_VSCODE_LOG (for tests). */
+  debug(message: string): void {
+    this.output.debug(message);
+    const file = process.env.CODESPEC_VSCODE_LOG;
+    if (file) {
+      fs.appendFileSync(file, `${new Date().toISOString()} ${message}\n`);
+    }
+  }
+
+  constructor() {
+    this.bar.name = "codespec";
+    this.bar.command = "codespec.showStatus";
+    this.bar.show();
+  }
+
+  enabledFor(languageId: string): boolean {
+    const c = config();
+    return c.get<boolean>("enabled", true) && !c.get<string[]>("disabledLanguages", []).includes(languageId);
+  }
+
+  setStatus(status: Status, detail = ""): void {
+    this.debug(`status ${status} ${detail}`);
+    this.status = status;
+    this.detail = detail;
+    this.render();
+  }
+
+  render(): void {
+    const language = vscode.window.activeTextEditor?.document.languageId;
+    let status: Status = this.status;
+    if (status === "ready" && language && !this.enabledFor(language)) {
+      status = "disabled";
+    }
+    const icon = { starting: "$(sync~spin)", loading: "$(sync~spin)", busy: "$(loading~spin)", ready: "$(check)", disabled: "$(circle-slash)", error: "$(error)" }[status];
+    const figures: string[] = [];
+    if (this.lastLatencyMs !== undefined) {
+      figures.push(`${Math.round(this.lastLatencyMs)} ms`);
+    }
+    if (this.tokensPerPass) {
+      figures.push(`${this.tokensPerPass.toFixed(2)} tok/pass`);
+    }
+    this.bar.text = `${icon} codespec: ${status}${figures.length ? " · " + figures.join(" · ") : ""}`;
+    this.bar.tooltip = this.statusText(status);
+    this.bar.backgroundColor = status === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
+  }
+
+  statusText(status: Status = this.status): string {
+    const parts = [`codespec: ${status}`];
+    if (this.detail) {
+      parts.push(`(${this.detail})`);
+    }
+    if (this.lastLatencyMs !== undefined) {
+      parts.push(`last completion ${Math.round(this.lastLatencyMs)} ms`);
+    }
+    if (this.tokensPerPass) {
+      parts.push(`${this.tokensPerPass.toFixed(2)} tokens per target pass`);
+    }
+    return parts.join(", ");
+  }
+
+  /** The daemon's tokens per target pass, asked at most every 5 s after a completion. */
+  private askTokensPerPass(): void {
+    const now = Date.now();
+    if (!this.client || now - this.statsAsked < 5000) {
+      return;
+    }
+    this.statsAsked = now;
+    this.client.sendRequest<StatsReport>("codespec/stats", { since: "30m" }).then(
+      (report) => {
+        const tpp = report?.daemon?.tokens_per_pass;
+        this.tokensPerPass = typeof tpp === "number" ? tpp : undefined;
+        this.render();
+      },
+      () => {},
+    );
+  }
+
+  // -- the server -----------------------------------------------------------------------------
+
+  async start(): Promise<void> {
+    const c = config();
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+    const server = findServer(c.get("serverPath", ""), c.get<string[]>("serverArgs", []), process.env.PATH ?? "", folders);
+    if (!server) {
+      this.setStatus("error", "server not found");
+      const where = c.get("serverPath", "") ? `\`codespec.serverPath\` (${c.get("serverPath")}) is not an executable` : "`codespec` was not found on PATH or in a workspace's .venv";
+      const choice = await vscode.window.showErrorMessage(
+        `codespec: ${where}. Install it (pipx install 'codespec[default-model]', see the codespec README) or set codespec.serverPath.`,
+        "Open Settings",
+      );
+      if (choice) {
+        await vscode.commands.executeCommand("workbench.action.openSettings", "codespec.serverPath");
+      }
+      return;
+    }
+    const serverOptions: ServerOptions = { command: server.command, args: server.args };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+      initializationOptions: serverSettings((key) => c.get(key)),
+      outputChannel: this.output,
+      // vscode-languageclient has an inline completion provider of its own; ours (inline.ts)
+      // replaces it, so that two providers never ask the server for the same place
+      middleware: { provideInlineCompletionItems: () => undefined },
+    };
+    const client = new LanguageClient("codespec", "codespec", serverOptions, clientOptions);
+    client.registerFeature(verdictsCapability);
+    client.onNotification("codespec/partialCompletion", (params) => this.ghost.onPartial(params));
+    client.onDidChangeState((event) => {
+      if (event.newState === State.Stopped && this.client === client) {
+        this.ghost.forget();
+        this.setStatus("error", "server stopped");
+      }
+    });
+    this.client = client;
+    this.setStatus("starting");
+    try {
+      await client.start();
+    } catch (error) {
+      this.setStatus("error", String((error as Error)?.message ?? error));
+      return;
+    }
+    // the daemon reports loading the model with work-done progress: show it here
+    client.onRequest("window/workDoneProgress/create", (params: { token: string | number }) => {
+      client.onProgress(WorkDoneProgress.type, params.token, (value) => {
+        if (value.kind === "end") {
+          this.setStatus(this.inFlight ? "busy" : "ready");
+        } else {
+          this.setStatus("loading", value.message ?? (value.kind === "begin" ? value.title : ""));
+        }
+      });
+      return null;
+    });
+    if (this.status === "starting") {
+      this.setStatus("ready");
+    }
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    this.ghost.forget();
+    if (client) {
+      try {
+        await client.stop(2000);
+      } catch {
+        // a server that does not stop in time is killed by the client
+      }
+    }
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.start();
+  }
+
+  configurationChanged(event: vscode.ConfigurationChangeEvent): void {
+    if (!event.affectsConfiguration("codespec")) {
+      return;
+    }
+    this.debug("settings changed");
+    if (event.affectsConfiguration("codespec.serverPath") || event.affectsConfiguration("codespec.serverArgs")) {
+      void this.restart();
+      return;
+    }
+    const c = config();
+    if (this.client?.state === State.Running) {
+      void this.client.sendNotification("workspace/didChangeConfiguration", {
+        settings: { codespec: serverSettings((key) => c.get(key)) },
+      });
+    }
+    if (!c.get<boolean>("enabled", true)) {
+      this.ghost.forget();
+    }
+    this.render();
+  }
+
+  /** Where the cursor rests, so that the daemon warms the prompt there (`codespec/cursor`). */
+  cursorRested(editor: vscode.TextEditor): void {
+    const client = this.client;
+    if (client?.state === State.Running && this.enabledFor(editor.document.languageId) && ["file", "untitled"].includes(editor.document.uri.scheme)) {
+      const p = editor.selection.active;
+      void client.sendNotification("codespec/cursor", {
+        textDocument: { uri: client.code2ProtocolConverter.asUri(editor.document.uri) },
+        position: { line: p.line, character: p.character },
+      });
+    }
+  }
+
+  // -- commands -------------------------------------------------------------------------------
+
+  async setEnabled(enabled: boolean): Promise<void> {
+    await config().update("enabled", enabled, vscode.ConfigurationTarget.Global);
+  }
+
+  async toggleLanguage(): Promise<void> {
+    const language = vscode.window.activeTextEditor?.document.languageId;
+    if (!language) {
+      return;
+    }
+    const list = config().get<string[]>("disabledLanguages", []);
+    const next = list.includes(language) ? list.filter((l) => l !== language) : [...list, language];
+    await config().update("disabledLanguages", next, vscode.ConfigurationTarget.Global);
+    vscode.window.showInformationMessage(`codespec: ${language} ${next.includes(language) ? "disabled" : "enabled"}`);
+  }
+
+  async showStatus(): Promise<void> {
+    const enabled = config().get<boolean>("enabled", true);
+    const choice = await vscode.window.showInformationMessage(
+      this.statusText(),
+      "Show Stats",
+      enabled ? "Disable" : "Enable",
+      "Restart",
+    );
+    if (choice === "Show Stats") {
+      await this.showStats();
+    } else if (choice === "Disable" || choice === "Enable") {
+      await this.setEnabled(choice === "Enable");
+    } else if (choice === "Restart") {
+      await this.restart();
+    }
+  }
+
+  async showStats(): Promise<void> {
+    if (!this.client || this.client.state !== State.Running) {
+      vscode.window.showWarningMessage("codespec: the server is not running");
+      return;
+    }
+    let report: StatsReport;
+    try {
+      report = await this.client.sendRequest<StatsReport>("codespec/stats", { by: "language" });
+    } catch (error) {
+      vscode.window.showWarningMessage(`codespec: stats failed: ${String((error as Error)?.message ?? error)}`);
+      return;
+    }
+    const panel = vscode.window.createWebviewPanel("codespec.stats", "codespec: acceptance", vscode.ViewColumn.Beside, {});
+    panel.webview.html = statsPage(report);
+  }
+}
+
+// -- helpers --------------------------------------------------------------------------------
+
+function config(): vscode.WorkspaceConfiguration {
+  return vscode.workspace.getConfiguration("codespec");
+}
+
+/** Tell the server this client reports `codespec.didShow` (lsp/PROTOCOL.md, "Verdicts"). */
+const verdictsCapability: StaticFeature = {
+  fillClientCapabilities(capabilities) {
+    capabilities.experimental = { ...(capabilities.experimental as object | undefined), codespecVerdicts: true };
+  },
+  initialize() {},
+  getState() {
+    return { kind: "static" };
+  },
+  clear() {},
+};
+
+interface StatsGroup {
+  key: string;
+  shown: number;
+  accepted: number;
+  partial: number;
+  rejected: number;
+  acceptance_rate: number | null;
+  tokens_per_pass: number | null;
+  latency_ms?: { total_ms?: { p50?: number | null } };
+}
+interface StatsReport {
+  total?: StatsGroup;
+  groups?: StatsGroup[];
+  daemon?: { tokens_per_pass?: number | null };
+}
+
+function escapeHtml(value: unknown): string {
+  return String(value ?? "").replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
+}
+
+function statsPage(report: StatsReport): string {
+  const percent = (x: number | null | undefined) => (typeof x === "number" ? `${(100 * x).toFixed(0)}%` : "–");
+  const number = (x: number | null | undefined, digits = 0) => (typeof x === "number" ? x.toFixed(digits) : "–");
+  const rows = [...(report.groups ?? []), ...(report.total ? [{ ...report.total, key: "all" }] : [])]
+    .map(
+      (g) =>
+        `<tr><td>${escapeHtml(g.key)}</td><td>${g.shown}</td><td>${g.accepted}</td><td>${g.partial}</td>` +
+        `<td>${g.rejected}</td><td>${percent(g.acceptance_rate)}</td><td>${number(g.tokens_per_pass, 2)}</td>` +
+        `<td>${number(g.latency_ms?.total_ms?.p50)}</td></tr>`,
+    )
+    .join("");
+  return `<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline';">
+<style>body{font-family:var(--vscode-font-family);color:var(--vscode-foreground)}
+table{border-collapse:collapse}td,th{padding:4px 10px;text-align:right}td:first-child,th:first-child{text-align:left}
+tr{border-bottom:1px solid var(--vscode-panel-border)}</style></head><body>
+<h2>codespec acceptance (all time)</h2>
+<table><tr><th>language</th><th>shown</th><th>accepted</th><th>partial</th><th>rejected</th><th>acceptance</th><th>tokens/pass</th><th>p50 ms</th></tr>
+${rows || '<tr><td colspan="8">nothing recorded yet</td></tr>'}</table></body></html>`;
+}
+
+// -- activation -----------------------------------------------------------------------------
+
+let codespec: Codespec | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const cs = (codespec = new Codespec());
+  let restTimer: NodeJS.Timeout | undefined;
+  context.subscriptions.push(
+    cs.bar,
+    cs.output,
+    vscode.languages.registerInlineCompletionItemProvider({ pattern: "**" }, cs.ghost),
+    vscode.commands.registerCommand("codespec.accepted", (id?: string) => cs.ghost.accepted(id)),
+    vscode.commands.registerCommand("codespec.acceptAll", () => cs.ghost.accept("all")),
+    vscode.commands.registerCommand("codespec.acceptWord", () => cs.ghost.accept("word")),
+    vscode.commands.registerCommand("codespec.acceptLine", () => cs.ghost.accept("line")),
+    vscode.commands.registerCommand("codespec.dismiss", () => cs.ghost.dismiss()),
+    vscode.commands.registerCommand("codespec.trigger", () => vscode.commands.executeCommand("editor.action.inlineSuggest.trigger")),
+    vscode.commands.registerCommand("codespec.enable", () => cs.setEnabled(true)),
+    vscode.commands.registerCommand("codespec.disable", () => cs.setEnabled(false)),
+    vscode.commands.registerCommand("codespec.toggle", () => cs.setEnabled(!config().get<boolean>("enabled", true))),
+    vscode.commands.registerCommand("codespec.toggleLanguage", () => cs.toggleLanguage()),
+    vscode.commands.registerCommand("codespec.restart", () => cs.restart()),
+    vscode.commands.registerCommand("codespec.showStats", () => cs.showStats()),
+    vscode.commands.registerCommand("codespec.showStatus", () => cs.showStatus()),
+    vscode.workspace.onDidChangeConfiguration((event) => cs.configurationChanged(event)),
+    vscode.window.onDidChangeActiveTextEditor(() => cs.render()),
+    vscode.window.onDidChangeTextEditorSelection((event) => {
+      void cs.ghost.updateContext();
+      clearTimeout(restTimer);
+      restTimer = setTimeout(() => cs.cursorRested(event.textEditor), 300);
+    }),
+    { dispose: () => clearTimeout(restTimer) },
+  );
+  await cs.start();
+}
+
+export async function deactivate(): Promise<void> {
+  await codespec?.stop();
+}

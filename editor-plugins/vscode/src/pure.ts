@@ -1,0 +1,105 @@
+// Pure helpers of the extension (no `vscode` import, so `node --test` runs them): where the
+// server is, which settings go to it, how a suggestion is cut into a word or a line, and what is
+// left of a suggestion once the user typed or accepted the start of it.
+
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+/** Keys of lsp/settings.schema.json: the settings the server takes (the rest are the client's). */
+export const SERVER_SETTINGS = [
+  "enabled",
+  "disabledLanguages",
+  "maxTokens",
+  "lineMaxTokens",
+  "maxLines",
+  "multiline",
+  "debounceMs",
+  "prefixTokens",
+  "suffixTokens",
+  "extraContextTokens",
+  "promptSeconds",
+  "warmAhead",
+  "warmDelayMs",
+  "stopRules",
+  "speculate",
+  "completeMidWord",
+] as const;
+
+/** The server's settings out of the `codespec.*` configuration (`get` reads one key). */
+export function serverSettings(get: (key: string) => unknown): Record<string, unknown> {
+  const settings: Record<string, unknown> = {};
+  for (const key of SERVER_SETTINGS) {
+    const value = get(key);
+    if (value !== undefined && value !== null) {
+      settings[key] = value;
+    }
+  }
+  return settings;
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The command that starts `codespec lsp`: the `codespec.serverPath` setting, else `codespec` on
+ * PATH, else `.venv/bin/codespec` in a workspace folder (a codespec checkout). Undefined when
+ * there is none.
+ */
+export function findServer(
+  serverPath: string,
+  serverArgs: readonly string[],
+  pathVariable: string,
+  workspaceFolders: readonly string[],
+): { command: string; args: string[] } | undefined {
+  const args = ["lsp", ...serverArgs];
+  if (serverPath) {
+    return isExecutable(serverPath) ? { command: serverPath, args } : undefined;
+  }
+  for (const dir of pathVariable.split(path.delimiter)) {
+    if (dir && isExecutable(path.join(dir, "codespec"))) {
+      return { command: path.join(dir, "codespec"), args };
+    }
+  }
+  for (const folder of workspaceFolders) {
+    const venv = path.join(folder, ".venv", "bin", "codespec");
+    if (isExecutable(venv)) {
+      return { command: venv, args };
+    }
+  }
+  return undefined;
+}
+
+/** The next word of `text`: leading blanks, then a run of word characters or of other marks. */
+export function nextWord(text: string): string {
+  const match = /^\s*[\p{L}\p{N}_]+/u.exec(text) ?? /^\s*[^\p{L}\p{N}_\s]+/u.exec(text) ?? /^\s+/.exec(text);
+  return match ? match[0] : text;
+}
+
+/** The next line of `text`, with its line break. */
+export function nextLine(text: string): string {
+  const end = text.indexOf("\n");
+  return end < 0 ? text : text.slice(0, end + 1);
+}
+
+/** Characters (code points, as the server counts them) in `text`. */
+export function codePoints(text: string): number {
+  return [...text].length;
+}
+
+/**
+ * What is left to show of a suggestion `text` made at `anchor` (an offset in the document), when
+ * the document now holds `typed` between the anchor and the cursor: the rest of the text, or
+ * undefined when what was typed is not a beginning of it (the suggestion no longer fits).
+ */
+export function remainder(text: string, typed: string): string | undefined {
+  if (!text.startsWith(typed)) {
+    return undefined;
+  }
+  return text.slice(typed.length);
+}

