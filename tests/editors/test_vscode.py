@@ -176,6 +176,31 @@ class Workbench:
         page.wait_for_selector(f".tab.active[aria-label*='{name}']", timeout=20_000)
         page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
 
+    def command(self, title: str) -> None:
+        """Run a command from the palette, by its title."""
+        page = self.page
+        page.keyboard.press("F1")
+        page.wait_for_selector(".quick-input-widget input", state="visible", timeout=10_000)
+        page.keyboard.type(title, delay=10)
+        row = f".quick-input-list .monaco-list-row[aria-label*='{title}']"
+        page.wait_for_selector(row, timeout=10_000)
+        page.keyboard.press("Enter")
+
+    def webview_text(self, needle: str, timeout: float = 20.0) -> str:
+        """The text of the webview (a panel's nested frame) that contains `needle`."""
+
+        def find():
+            for frame in self.page.frames:
+                try:
+                    text = frame.inner_text("body", timeout=500)
+                except Exception:
+                    continue
+                if needle in text:
+                    return text
+            return None
+
+        return wait_for(find, timeout, f"a webview showing {needle!r}")
+
     def type(self, text: str, delay: int = 60) -> None:
         self.page.keyboard.type(text, delay=delay)
 
@@ -318,6 +343,11 @@ def test_ghost_text_accept_word_dismiss_status_and_verdicts(
         assert python["rejected"] >= 1 and python["shown"] >= 4, python
         status = wait_for(lambda: "codespec: ready" in (s := bench.status()) and s, 30, "ready")
         assert " ms" in status and "tok/pass" in status, status
+        # the acceptance stats, from the palette: a table per language
+        bench.command("codespec: Show acceptance stats")
+        table = bench.webview_text("codespec acceptance")
+        assert "python" in table and "accepted" in table, table
+        bench.open("area.py")  # back to the editor
         # settings changed while it runs reach the server (it warns about a bad value), and
         # a language turned off shows as disabled
         server.set_settings({"maxTokens": -5, "disabledLanguages": ["python"]})

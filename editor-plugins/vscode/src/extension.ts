@@ -85,7 +85,8 @@ class Codespec {
   render(): void {
     const language = vscode.window.activeTextEditor?.document.languageId;
     let status: Status = this.status;
-    if (status === "ready" && language && !this.enabledFor(language)) {
+    const off = !config().get<boolean>("enabled", true) || (language !== undefined && !this.enabledFor(language));
+    if (status === "ready" && off) {
       status = "disabled";
     }
     const icon = { starting: "$(sync~spin)", loading: "$(sync~spin)", busy: "$(loading~spin)", ready: "$(check)", disabled: "$(circle-slash)", error: "$(error)" }[status];

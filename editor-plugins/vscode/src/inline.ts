@@ -83,7 +83,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
       }
       pending = this.request(document, position, context.triggerKind);
     }
-    await Promise.race([pending!.settled, cancelled(token)]);
+    await settledOrCancelled(pending!.settled, token);
     if (token.isCancellationRequested) {
       this.log(`cancelled at ${position.line}:${position.character}`);
       return [];
@@ -337,11 +337,18 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function cancelled(token: vscode.CancellationToken): Promise<void> {
-  return new Promise((resolve) => {
+/** Resolves when `token` is cancelled or `done` settles, whichever is first. */
+async function settledOrCancelled(done: Promise<void>, token: vscode.CancellationToken): Promise<void> {
+  let listener: vscode.Disposable | undefined;
+  const cancelled = new Promise<void>((resolve) => {
+    listener = token.onCancellationRequested(() => resolve());
     if (token.isCancellationRequested) {
       resolve();
     }
-    token.onCancellationRequested(() => resolve());
   });
+  try {
+    await Promise.race([done, cancelled]);
+  } finally {
+    listener?.dispose();
+  }
 }
