@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from daemon_client import daemon_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editor-plugins" / "neovim"
@@ -85,27 +86,10 @@ def neovim(version: str) -> Path:
 
 
 @pytest.fixture
-def server(tiny_manifest, tmp_path):
+def server(tiny_manifest, daemon_socket):
     """`codespec lsp` for a private socket; it starts the tiny-model daemon itself."""
-    socket_path = tmp_path / "nvim.sock"
-    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)]
-    yield cmd + ["--pair", str(tiny_manifest)], socket_path
-    lock = socket_path.with_name(socket_path.name + ".lock")
-    if lock.exists() and (pid := lock.read_text().strip()):
-        try:
-            os.kill(int(pid), signal.SIGTERM)
-        except (ProcessLookupError, ValueError):
-            pass
-
-
-def daemon_stats(socket_path: Path) -> dict:
-    sys.path.insert(0, str(ROOT / "tests" / "lsp"))
-    from rpc import unix_client
-
-    client = unix_client(socket_path)
-    client.initialize()
-    client.send({"jsonrpc": "2.0", "id": "s", "method": "codespec/stats", "params": {}})
-    return client.reply_to("s")["result"]
+    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(daemon_socket)]
+    return cmd + ["--pair", str(tiny_manifest)], daemon_socket
 
 
 @pytest.mark.parametrize("version", list(NEOVIMS))
@@ -235,6 +219,30 @@ def test_the_daemon_killed_mid_session_comes_back(version, server, tmp_path):
         editor.close()
 
 
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_a_resting_cursor_warms_the_prompt_there(version, server, tmp_path):
+    """Moving the cursor (no edit, no request) and resting sends `codespec/cursor`: the daemon
+    prefills the prompt for that place."""
+    cmd, socket_path = server
+    source = tmp_path / "c.py"
+    source.write_text("def f(a):\n    return a\n\n\ndef g(b):\n    return b\n", encoding="utf-8")
+    settings = {**SETTINGS, "warmAhead": True, "warmDelayMs": 0}
+    editor = Editor(neovim(version), tmp_path, cmd, settings=settings)
+    try:
+        editor.nvim.command(f"edit {source}")
+        deadline = time.monotonic() + 90
+        moves = iter(["G", "gg"] * 1000)
+        while True:  # until the client is attached and the daemon has warmed a place
+            editor.nvim.input(next(moves))
+            time.sleep(1.0)
+            if socket_path.exists() and daemon_stats(socket_path)["daemon"]["warmed"] >= 1:
+                break
+            assert time.monotonic() < deadline, "no warm-up after the cursor rested"
+        assert editor.nvim.current.buffer[:] == source.read_text().split("\n")[:-1]  # no edit
+    finally:
+        editor.close()
+
+
 FIBONACCI = '''def fibonacci(n: int) -> int:
     """Return the n-th Fibonacci number."""
     if n < 2:
@@ -242,10 +250,9 @@ FIBONACCI = '''def fibonacci(n: int) -> int:
 '''
 
 
-def test_the_embedded_pair_completes_in_neovim(tmp_path):
+def test_the_embedded_pair_completes_in_neovim(daemon_socket, tmp_path):
     """The path a user takes: the default pair and settings, a real Python file (Neovim 0.11)."""
-    socket_path = tmp_path / "embedded.sock"
-    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)]
+    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(daemon_socket)]
     source = tmp_path / "fib.py"
     source.write_text(FIBONACCI, encoding="utf-8")
     editor = Editor(neovim("0.11.4"), tmp_path, cmd, settings={})
@@ -261,9 +268,6 @@ def test_the_embedded_pair_completes_in_neovim(tmp_path):
         assert editor.line(4) == "    return " + ghost.split("\n")[0]
     finally:
         editor.close()
-        lock = socket_path.with_name(socket_path.name + ".lock")
-        if lock.exists() and (pid := lock.read_text().strip()):
-            os.kill(int(pid), signal.SIGTERM)
 
 
 def screenshot_neovim(editor: Editor, path: Path) -> None:

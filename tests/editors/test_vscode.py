@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from daemon_client import daemon_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "editor-plugins" / "vscode"
@@ -31,9 +32,6 @@ CHROMIUM = "/usr/bin/chromium"
 CODESPEC = Path(sys.executable).parent / "codespec"
 SCREENSHOTS = ROOT / "docs" / "img"
 TINY_SETTINGS = {"stopRules": False, "maxTokens": 8, "warmAhead": False}
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_neovim import daemon_stats  # noqa: E402
 
 
 def require_tools() -> None:
@@ -236,19 +234,6 @@ def wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture
-def daemon_socket(tmp_path):
-    """A private daemon socket; the daemon `codespec lsp` started there is stopped afterwards."""
-    socket_path = tmp_path / "d.sock"
-    yield socket_path
-    lock = socket_path.with_name(socket_path.name + ".lock")
-    if lock.exists() and (pid := lock.read_text().strip()):
-        try:
-            os.kill(int(pid), signal.SIGTERM)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 @contextlib.contextmanager

@@ -77,11 +77,11 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     if (!same) {
       if (context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic) {
         await sleep(this.debounceMs());
-        if (token.isCancellationRequested) {
-          return []; // a newer keystroke asks instead
+        if (token.isCancellationRequested || !this.client()) {
+          return []; // a newer keystroke asks instead (or the server went away meanwhile)
         }
       }
-      pending = this.request(document, position, context.triggerKind);
+      pending = this.request(this.client()!, document, position, context.triggerKind);
     }
     await settledOrCancelled(pending!.settled, token);
     if (token.isCancellationRequested) {
@@ -116,10 +116,14 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
 
   // -- requests ----------------------------------------------------------------------------
 
-  private request(document: vscode.TextDocument, position: vscode.Position, kind: vscode.InlineCompletionTriggerKind): Pending {
+  private request(
+    client: LanguageClient,
+    document: vscode.TextDocument,
+    position: vscode.Position,
+    kind: vscode.InlineCompletionTriggerKind,
+  ): Pending {
     this.pending?.cancel.cancel();
     this.forget();
-    const client = this.client()!;
     let settle = () => {};
     const settled = new Promise<void>((resolve) => (settle = resolve));
     const pending: Pending = {

@@ -5,7 +5,8 @@
 -- as ghost text (virtual text on the cursor line, virtual lines below) and grows with the
 -- server's `codespec/partialCompletion` notifications. Tab accepts it, <M-Right> accepts the
 -- next word, <M-Down> the next line, <C-]> dismisses it (all configurable). What you did with
--- a suggestion is reported with the commands in lsp/PROTOCOL.md ("Verdicts").
+-- a suggestion is reported with the commands in lsp/PROTOCOL.md ("Verdicts"). Where the cursor
+-- rests is sent as `codespec/cursor`, so the daemon can warm the prompt there.
 --
 -- Works on Neovim 0.7.2 (Debian 12) and newer: APIs that differ are wrapped in `compat`.
 
@@ -185,6 +186,20 @@ local function on_partial(_, result)
   if type(result.text) == "string" and result.text ~= "" then
     ghost.draw(p.bufnr, p.row, p.col, result.text) -- streamed: not a suggestion yet
   end
+end
+
+--- Tell the server where the cursor rests, so that it warms the prompt there (`codespec/cursor`).
+local function cursor_rested()
+  local c = client()
+  local bufnr = vim.api.nvim_get_current_buf()
+  if not c or not language_enabled(bufnr) or not compat.attached(c, bufnr) then
+    return
+  end
+  local cursor = vim.api.nvim_win_get_cursor(0)
+  compat.notify(c, "codespec/cursor", {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    position = { line = cursor[1] - 1, character = cursor[2] },
+  })
 end
 
 function M.schedule()
@@ -451,6 +466,14 @@ function M.setup(options)
       if s and not still_fits(s) then
         M.clear()
       end
+    end,
+  })
+  M.state.rest_timer = M.state.rest_timer or vim.loop.new_timer()
+  vim.api.nvim_create_autocmd({ "CursorMoved", "CursorMovedI", "BufEnter" }, {
+    group = group,
+    callback = function()
+      M.state.rest_timer:stop()
+      M.state.rest_timer:start(300, 0, vim.schedule_wrap(cursor_rested))
     end,
   })
   local keys = M.config.keymaps
