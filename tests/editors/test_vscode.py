@@ -368,6 +368,31 @@ def test_a_missing_server_is_one_clear_message(vsix, tmp_path):
         os.environ["PATH"] = old_path
 
 
+def test_the_daemon_killed_mid_session_comes_back(vsix, tiny_manifest, daemon_socket, tmp_path):
+    settings = {
+        "serverPath": str(CODESPEC),
+        "serverArgs": ["--socket", str(daemon_socket), "--pair", str(tiny_manifest)],
+        "debounceMs": 60,
+        **TINY_SETTINGS,
+    }
+    with vscode(vsix, tmp_path, settings, {"b.py": "def f(a, b):\n    "}) as (server, bench):
+        bench.open("b.py")
+        wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
+        bench.page.keyboard.press("Control+End")
+        bench.type("return ")
+        bench.ghost()
+        bench.page.keyboard.press("Escape")
+        pid = int(daemon_socket.with_name(daemon_socket.name + ".lock").read_text())
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        bench.page.keyboard.press("Control+End")
+        bench.page.keyboard.press("Enter")
+        bench.type("z = ")
+        assert bench.ghost(timeout=90)  # the relay started a new daemon; the same session
+        assert int(daemon_socket.with_name(daemon_socket.name + ".lock").read_text()) != pid
+        assert "codespec: error" not in bench.status()
+
+
 FIBONACCI = '''def fibonacci(n: int) -> int:
     """Return the n-th Fibonacci number."""
     if n < 2:
