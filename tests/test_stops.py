@@ -137,7 +137,7 @@ def test_typing_at_an_anchored_cursor_only_extends_the_prompt():
 
 
 def test_multiline_policy_over_the_syntax_decision():
-    from codespec.server.session import apply_multiline_policy
+    from codespec.server.jobs import apply_multiline_policy
 
     assert apply_multiline_policy(Mode.BLOCK, "never") is Mode.LINE
     assert apply_multiline_policy(Mode.LINE, "always") is Mode.BLOCK
@@ -168,7 +168,7 @@ def test_prefix_window_starts_on_a_stable_line():
 
 
 def test_typing_what_the_ghost_text_shows_keeps_the_rest():
-    from codespec.server.session import typed_through
+    from codespec.server.jobs import typed_through
 
     shown = ("x = ", "\n", "compute(1, 2)", "id7")
     python = language_for("python")

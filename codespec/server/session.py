@@ -1,22 +1,20 @@
 """One editor connection = one LSP session (pygls), all sharing the daemon's engine worker.
 
-Handlers are thin: they look up the session's own copy of an open document, build a job for
-the worker and turn its result into LSP types. The raw-message rules pygls lacks live in
-``lifecycle.py``, text sync and positions in ``documents.py``. A session only ever sees the
+Handlers are thin: they look up the session's own copy of an open document and hand it to
+``jobs.py``, which builds a job for the worker and turns its result into LSP types. What a
+session keeps lives in ``state.py``, the raw-message rules pygls lacks in ``lifecycle.py``,
+text sync and positions in ``documents.py``. A session only ever sees the
 documents its client opened: nothing is read from disk, whatever a URI names.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
@@ -24,41 +22,23 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from ..completion import CompletionOptions
-from ..languages import language_for
 from ..stats import report
 from ..stats.store import Store
-from ..stats.verdicts import COMMANDS, Ledger, Suggestion
-from ..stops import Cursor, Mode, decide_mode
+from ..stats.verdicts import COMMANDS, Ledger
 from .config import Settings, merge
-from .documents import MAX_DOCUMENT_CHARS, Document, change_end_offset
+from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
-from .lifecycle import DROP, Lifecycle, admit, normalize
-from .worker import Job, ModelUnavailable, WarmJob, Worker
+from .jobs import inline_completion, schedule_warm
+from .lifecycle import DROP, admit, normalize
+from .state import SessionState, open_document
+from .worker import Worker
 
 log = logging.getLogger("codespec.session")
-PARTIAL = "codespec/partialCompletion"
 CUSTOM_INLINE = "codespec/inlineCompletion"
 STATS = "codespec/stats"
 DOCUMENT = "codespec/document"
 CURSOR = "codespec/cursor"
-_ids = itertools.count(1)
 PID_MAX = 1 << 22  # Linux's largest pid_max
-
-
-@dataclass
-class SessionState:
-    id: int = field(default_factory=lambda: next(_ids))
-    lifecycle: Lifecycle = field(default_factory=Lifecycle)
-    exited: bool = False
-    settings: Settings = field(default_factory=Settings)
-    client_pid: int | None = None
-    documents: dict[str, Document] = field(default_factory=dict)  # uri -> what the client opened
-    anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
-    shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, text, id) last answered
-    ledger: Ledger = field(default_factory=lambda: Ledger(lambda _id, _fields: None))
-    warm_timers: dict = field(default_factory=dict)  # uri -> asyncio.TimerHandle
-    too_large_logged: set = field(default_factory=set)
 
 
 class CodespecServer(LanguageServer):
@@ -241,67 +221,6 @@ async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
     return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
 
 
-def open_document(state: SessionState, uri: Any) -> Document:
-    """The session's copy of a document it opened; anything else is an invalid-params error
-    (the daemon never reads what a client names: a FIFO, another user's 0600 file...)."""
-    doc = state.documents.get(uri) if isinstance(uri, str) else None
-    if doc is None:
-        raise JsonRpcInvalidParams("that document is not open in this session")
-    return doc
-
-
-def schedule_warm(ls: LanguageServer, offset: int, doc: Document) -> None:
-    """After ``warmDelayMs`` without another edit or cursor report for the document, have the
-    worker prefill the prompt a request at ``offset`` would use (see ``worker.WarmJob``)."""
-    state: SessionState = ls.session  # type: ignore[attr-defined]
-    settings = state.settings
-    uri = doc.uri
-    if (timer := state.warm_timers.pop(uri, None)) is not None:
-        timer.cancel()
-    if not (settings.enabled and settings.warm_ahead) or doc.too_large:
-        return
-    if doc.language_id in settings.disabled_languages:
-        return
-    edits = doc.edits
-
-    def submit() -> None:
-        state.warm_timers.pop(uri, None)
-        if state.documents.get(uri) is not doc or doc.edits != edits:
-            return  # closed or edited again meanwhile: that edit scheduled its own warm-up
-        prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
-        worker: Worker = ls.worker  # type: ignore[attr-defined]
-        worker.warm(
-            WarmJob(
-                state.id,
-                uri,
-                edits,
-                Cursor(prefix, suffix, language_for(doc.language_id, uri)),
-                completion_options(settings, invoked=False),
-                document_name(uri),
-                other_documents(state, doc),
-                lambda: doc.edits,
-                anchors=state.anchors,
-            )
-        )
-
-    loop = asyncio.get_running_loop()
-    state.warm_timers[uri] = loop.call_later(settings.warm_delay_ms / 1000, submit)
-
-
-def document_name(uri: str) -> str:
-    """The file name a prompt shows for a document (never read: just its URI's last part)."""
-    return os.path.basename(unquote(urlparse(uri).path)) or "untitled"
-
-
-def other_documents(state: SessionState, doc: Document) -> tuple[tuple[str, str], ...]:
-    """The other open documents of the same language: context files before the current one."""
-    return tuple(
-        (document_name(d.uri), d.text)
-        for d in state.documents.values()
-        if d is not doc and d.language_id == doc.language_id and not d.too_large
-    )
-
-
 async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> None:
     """``$/progress`` from begin to end while the daemon loads the model."""
     token = f"codespec-loading-{ls.session.id}"  # type: ignore[attr-defined]
@@ -335,143 +254,6 @@ def _as_dict(params: Any) -> Any:
     if isinstance(params, list):
         return [_as_dict(v) for v in params]
     return params
-
-
-def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
-    return CompletionOptions(
-        max_tokens=settings.max_tokens,
-        line_max_tokens=settings.line_max_tokens,
-        max_lines=settings.max_lines,
-        speculate=settings.speculate,
-        stop_rules=settings.stop_rules,
-        invoked=invoked,
-        prefix_tokens=settings.prefix_tokens,
-        suffix_tokens=settings.suffix_tokens,
-        extra_tokens=settings.extra_context_tokens,
-        prompt_seconds=settings.prompt_seconds,
-    )
-
-
-async def inline_completion(
-    ls: LanguageServer, worker: Worker, params: types.InlineCompletionParams
-) -> types.InlineCompletionList:
-    """Snapshot the document, run a job on the worker, answer with one inline item."""
-    state: SessionState = ls.session  # type: ignore[attr-defined]
-    settings = state.settings
-    uri = params.text_document.uri
-    doc = open_document(state, uri)
-    empty = types.InlineCompletionList(items=[])
-    if not settings.enabled or doc.language_id in settings.disabled_languages:
-        return empty
-    if doc.too_large:
-        if uri not in state.too_large_logged:
-            state.too_large_logged.add(uri)
-            log.info(
-                "no completions in a document of %d characters (the limit is %d)",
-                len(doc.text),
-                MAX_DOCUMENT_CHARS,
-            )
-        return empty
-    encoding = ls.protocol.encoding  # type: ignore[attr-defined]
-    position = doc.clamp(params.position, encoding)  # past a line's end: at its end
-    prefix, suffix = doc.split(doc.offset_at(position, encoding))
-    cursor = Cursor(prefix, suffix, language_for(doc.language_id, uri))
-    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    options = completion_options(settings, invoked)
-    options.mode = apply_multiline_policy(
-        decide_mode(cursor, invoked, settings.complete_mid_word), settings.multiline
-    )
-    where = types.Range(position, position)
-    if (through := typed_through(state.shown.get(uri), cursor)) is not None:
-        rest, suggestion_id = through
-        return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
-    msg_id = ls.protocol.msg_id
-    client_version = doc.version or 0
-    loop = asyncio.get_running_loop()
-
-    def on_text(partial: str) -> None:
-        payload = {"id": msg_id, "uri": uri, "version": client_version, "text": partial}
-        loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, payload)
-
-    job = Job(
-        state.id,
-        uri,
-        doc.edits,
-        cursor,
-        options,
-        document_name(uri),
-        other_documents(state, doc),
-        lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
-        anchors=state.anchors,
-        language=doc.language_id or cursor.language.name,
-        on_text=on_text,
-    )
-    offset = doc.offset_at(position, encoding)  # where the suggestion sits, for its verdict
-    head_start = offset - len(cursor.prefix)
-    tail_after = len(doc.text) - offset - len(cursor.suffix)
-    future = worker.submit(job)
-    try:
-        result = await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        job.cancel.set()  # $/cancelRequest: stop the decode loop before its next target pass
-        raise
-    except ModelUnavailable as exc:
-        raise JsonRpcInternalError(str(exc)) from None
-    except Exception:
-        log.exception("completion failed")
-        raise JsonRpcInternalError("the completion failed (details in the daemon log)") from None
-    if result is None or not result.text:
-        return empty
-    state.shown[uri] = (cursor.prefix, cursor.suffix, result.text, job.id)
-    state.ledger.offered(
-        Suggestion(
-            job.id,
-            uri,
-            cursor.prefix,
-            cursor.suffix,
-            result.text,
-            head_start=head_start,
-            tail_after=tail_after,
-        )
-    )
-    return types.InlineCompletionList(items=[inline_item(result.text, where, job.id)])
-
-
-def inline_item(text: str, where: types.Range, suggestion_id: str) -> types.InlineCompletionItem:
-    """One inline item; its command tells the server when the client accepted it (LSP clients
-    run an item's command on accepting it), so even a generic client reports accepts."""
-    return types.InlineCompletionItem(
-        insert_text=text,
-        range=where,
-        command=types.Command(
-            title="codespec: accepted", command="codespec.didAccept", arguments=[suggestion_id]
-        ),
-    )
-
-
-def typed_through(shown: tuple[str, str, str, str] | None, cursor: Cursor) -> tuple | None:
-    """The rest of the last completion and its id when the user has typed its beginning.
-
-    Typing what the ghost text shows keeps showing the remainder at no model cost (as llama.vim
-    and Copilot do)."""
-    if shown is None:
-        return None
-    prefix, suffix, text, suggestion_id = shown
-    if cursor.suffix != suffix or not cursor.prefix.startswith(prefix):
-        return None
-    typed = cursor.prefix[len(prefix) :]
-    if typed and text.startswith(typed) and len(typed) < len(text):
-        return text[len(typed) :], suggestion_id
-    return None
-
-
-def apply_multiline_policy(mode: Mode, policy: str) -> Mode:
-    """The user's single/multi-line policy over the syntax decision (NONE stays NONE)."""
-    if mode is Mode.BLOCK and policy == "never":
-        return Mode.LINE
-    if mode is Mode.LINE and policy == "always":
-        return Mode.BLOCK
-    return mode
 
 
 def worker_stats(worker: Worker) -> dict:
