@@ -21,7 +21,7 @@ import random
 import statistics
 from pathlib import Path
 
-from codespec.bench import corpus
+from codespec.bench import sources
 from codespec.completion import CompletionOptions, complete
 from codespec.languages import LANGUAGES, has_syntax_error
 from codespec.runtime import load_pair
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def find_sources(language: str, corpus_dir: Path) -> list[Path]:
     """Source files of ``language`` in the bench corpus (``codespec bench --fetch``)."""
-    found = corpus.packages(corpus_dir, {language})
-    return [f for package in found for f in corpus.source_files(package)]
+    found = sources.packages(corpus_dir, {language})
+    return [f for package in found for f in sources.source_files(package)]
 
 
 def cut_hole(text: str, language, rng: random.Random) -> tuple[str, str] | None:
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--per-language", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--corpus-dir", default=str(corpus.default_corpus_dir()))
+    ap.add_argument("--corpus-dir", default=str(sources.default_corpus_dir()))
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "syntax.json"))
     args = ap.parse_args()
     pair = load_pair(progress=lambda m: print(m, flush=True))

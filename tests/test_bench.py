@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from codespec.bench import corpus, report
+from codespec.bench import corpus, report, sources
 from codespec.bench.runner import quality
 from codespec.languages import LANGUAGES
 
@@ -99,7 +99,7 @@ def fake_package(corpus_dir: Path, origin: str, folder: str, files: dict[str, st
     root = corpus_dir / origin / folder
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text * 3 if len(text) < corpus.MIN_FILE_BYTES else text)
+        (root / name).write_text(text * 3 if len(text) < sources.MIN_FILE_BYTES else text)
     (root / "source.json").write_text(json.dumps({"version": "9.9-test"}))
 
 
@@ -111,14 +111,14 @@ def corpus_dir(tmp_path_factory) -> Path:
     return d
 
 
-def file_text(packages: list[corpus.Package], hole: corpus.Hole) -> str:
+def file_text(packages: list[sources.Package], hole: corpus.Hole) -> str:
     (package,) = [p for p in packages if p.label == hole.package]
     return (package.root / hole.file).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("kind", corpus.KINDS)
 def test_stdlib_holes_are_cut_from_the_real_file(kind, corpus_dir):
-    packages = corpus.packages(corpus_dir, {"python"})
+    packages = sources.packages(corpus_dir, {"python"})
     holes = corpus.sample_holes(packages, "python", kind, 3, seed=1)
     assert len(holes) == 3 and len({h.file for h in holes}) == 3  # one hole per file
     for hole in holes:
@@ -143,8 +143,8 @@ def test_stdlib_holes_are_cut_from_the_real_file(kind, corpus_dir):
 
 
 def test_sampling_is_deterministic_and_independent_of_other_languages(corpus_dir):
-    python_only = corpus.packages(corpus_dir, {"python"})
-    everything = corpus.packages(corpus_dir)
+    python_only = sources.packages(corpus_dir, {"python"})
+    everything = sources.packages(corpus_dir)
     assert {p.spec.language for p in everything} >= {"python", "lua", "javascript"}
     a = [h.describe() for h in corpus.sample_holes(python_only, "python", "block", 4, seed=7)]
     b = [h.describe() for h in corpus.sample_holes(everything, "python", "block", 4, seed=7)]
@@ -157,7 +157,7 @@ def test_sampling_is_deterministic_and_independent_of_other_languages(corpus_dir
 
 
 def test_a_recorded_corpus_is_cut_again_exactly(corpus_dir):
-    packages = corpus.packages(corpus_dir)
+    packages = sources.packages(corpus_dir)
     holes = corpus.sample_holes(packages, "lua", "block", 1, seed=4)
     holes += corpus.sample_holes(packages, "python", "function", 2, seed=4)
     described = json.loads(json.dumps([h.describe() for h in holes]))  # as the JSON keeps it
@@ -178,7 +178,7 @@ def test_a_recorded_corpus_is_cut_again_exactly(corpus_dir):
 
 @pytest.mark.parametrize("language", ["lua", "javascript"])
 def test_function_bodies_leave_the_closing_line_in_the_suffix(language, corpus_dir):
-    packages = corpus.packages(corpus_dir, {language})
+    packages = sources.packages(corpus_dir, {language})
     holes = corpus.sample_holes(packages, language, "function", 1, seed=2)
     assert len(holes) == 1
     hole = holes[0]
@@ -192,7 +192,7 @@ def test_function_bodies_leave_the_closing_line_in_the_suffix(language, corpus_d
 
 
 def test_block_holes_in_other_grammars(corpus_dir):
-    packages = corpus.packages(corpus_dir, {"javascript"})
+    packages = sources.packages(corpus_dir, {"javascript"})
     (hole,) = corpus.sample_holes(packages, "javascript", "block", 1, seed=3)
     assert hole.truth.count("\n") >= 1
     text = file_text(packages, hole)
@@ -340,7 +340,7 @@ def test_peer_without_llama_cpp_says_how_to_install(monkeypatch, capsys):
 
 
 def test_every_language_has_a_source_package():
-    assert {s.language for s in corpus.SOURCES} == set(LANGUAGES)
+    assert {s.language for s in sources.SOURCES} == set(LANGUAGES)
 
 
 def test_peer_summary_compares_the_same_holes():
@@ -376,7 +376,7 @@ def test_peer_prompt_is_the_prompt_complete_builds(tiny_manifest, corpus_dir):
 
     pair = load_pair(str(tiny_manifest), progress=lambda m: None)
     settings = BenchSettings(max_tokens=2)
-    packages = corpus.packages(corpus_dir, {"python", "lua"})
+    packages = sources.packages(corpus_dir, {"python", "lua"})
     holes = corpus.sample_holes(packages, "python", "line", 1, seed=1)
     holes += corpus.sample_holes(packages, "lua", "function", 1, seed=1)
     for hole in holes:

@@ -198,8 +198,9 @@ def test_bench_holes_stay_bit_exact_in_bf16(pair, kind, tmp_path):
     attention, speculative output diverged from plain greedy at bf16 near-ties (top-2 logit
     gaps of 0.000 and 0.125; the function hole diverges on every run, checked by undoing the
     fix)."""
-    from codespec.bench.corpus import packages, sample_holes
+    from codespec.bench.corpus import sample_holes
     from codespec.bench.runner import BenchSettings, run_hole
+    from codespec.bench.sources import packages
 
     stdlib = [p for p in packages(tmp_path, {"python"}) if p.spec.origin == "stdlib"]
     (hole,) = sample_holes(stdlib, "python", kind, 1, seed=1)

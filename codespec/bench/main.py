@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..files import FileError, read_text
 from ..languages import LANGUAGES
-from . import corpus, report
+from . import corpus, report, sources
 from .runner import BenchSettings, peak_memory_mb, run_hole
 
 MAX_JSON_BYTES = 256 << 20
@@ -50,8 +50,8 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
 
 def cut_corpus(
     corpus_dir: Path, languages: list[str], kinds: list[str], per_kind: int, seed: int
-) -> tuple[list[corpus.Hole], list[corpus.Package], list[str]]:
-    present = corpus.packages(corpus_dir, set(languages))
+) -> tuple[list[corpus.Hole], list[sources.Package], list[str]]:
+    present = sources.packages(corpus_dir, set(languages))
     holes, missing = [], []
     for language in languages:
         if not any(p.spec.language == language for p in present):
@@ -67,7 +67,7 @@ def cut_corpus(
 
 def holes_from(
     recorded: Path, corpus_dir: Path
-) -> tuple[list[corpus.Hole], list[corpus.Package], list[str]]:
+) -> tuple[list[corpus.Hole], list[sources.Package], list[str]]:
     """The holes of an earlier run's JSON, cut again from the same files."""
     try:
         described = json.loads(read_text(recorded, MAX_JSON_BYTES))["corpus"]["holes"]
@@ -75,7 +75,7 @@ def holes_from(
         raise BenchError(str(exc)) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise BenchError(f"{recorded}: not a codespec bench JSON ({exc})") from None
-    present = corpus.packages(corpus_dir)
+    present = sources.packages(corpus_dir)
     holes, skipped = corpus.recut_available(present, described)
     return holes, present, skipped
 
@@ -91,9 +91,9 @@ def run(args: argparse.Namespace, log=print) -> dict:
         from .peer import require
 
         require()
-    corpus_dir = Path(args.corpus_dir) if args.corpus_dir else corpus.default_corpus_dir()
+    corpus_dir = Path(args.corpus_dir) if args.corpus_dir else sources.default_corpus_dir()
     if args.fetch:
-        corpus.fetch(corpus_dir, log=log)
+        sources.fetch(corpus_dir, log=log)
     if args.holes_from:
         holes, present, missing = holes_from(Path(args.holes_from), corpus_dir)
         languages = sorted({h.language for h in holes})
