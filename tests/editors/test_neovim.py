@@ -150,7 +150,10 @@ def test_ghost_text_accept_word_dismiss_and_type_over(version, server, tmp_path)
             assert time.monotonic() < deadline, editor.nvim.command_output("messages")
             time.sleep(0.1)
         editor.nvim.command("CodespecStatus")
-        assert "ready" in editor.lua("return require('codespec').status_text()")
+        status = editor.lua("return require('codespec').status_text()")
+        assert "ready" in status and " ms" in status and "tokens per target pass" in status, status
+        editor.nvim.command("CodespecToggle")
+        assert "disabled" in editor.lua("return require('codespec').status_text()")
         stats = daemon_stats(socket_path)
         python = next(g for g in stats["groups"] if g["key"] == "python")
         assert python["accepted"] >= 1 and python["partial"] + python["accepted"] >= 2

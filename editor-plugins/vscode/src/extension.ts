@@ -126,10 +126,14 @@ class Codespec {
     this.client.sendRequest<StatsReport>("codespec/stats", { since: "30m" }).then(
       (report) => {
         const tpp = report?.daemon?.tokens_per_pass;
-        this.tokensPerPass = typeof tpp === "number" ? tpp : undefined;
-        this.render();
+        if (typeof tpp === "number") {
+          this.tokensPerPass = tpp;
+          this.render();
+        } else {
+          this.statsAsked = 0; // nothing counted yet: ask again after the next completion
+        }
       },
-      () => {},
+      () => (this.statsAsked = 0),
     );
   }
 

@@ -17,7 +17,7 @@ local M = {}
 
 M.defaults = {
   cmd = nil, -- { "/path/to/codespec", "lsp" }; default: found by `find_server`
-  debounce_ms = 150,
+  debounce_ms = 150, -- settings.debounceMs, when given, wins
   enabled = true,
   disabled_filetypes = {},
   filetypes = nil, -- nil: every buffer with a file
@@ -37,6 +37,8 @@ M.state = {
   status = "stopped", -- stopped | loading | ready | busy | disabled | error
   message = nil,
   last_latency_ms = nil,
+  tokens_per_pass = nil, -- the daemon's, asked at most every 5 s after a completion
+  stats_asked = nil, -- vim.loop.now() of the last ask
   suggestion = nil, -- { id, text, bufnr, row, col, tick, shown }
   pending = nil, -- { request_id, bufnr, tick, row, col, started }
   timer = nil,
@@ -148,6 +150,7 @@ function M.request(invoked, retried)
     end
     M.state.pending = nil
     M.state.last_latency_ms = (vim.loop.hrtime() - p.started) / 1e6
+    M.ask_tokens_per_pass()
     set_status("ready")
     if err and err.code == -32602 and not p.retried and still_fits(p) then
       -- the client sends didOpen once it is initialized: a first request can overtake it
@@ -207,7 +210,8 @@ function M.schedule()
     M.state.timer:stop()
   end
   M.state.timer = M.state.timer or vim.loop.new_timer()
-  M.state.timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(function()
+  local debounce = tonumber((M.config.settings or {}).debounceMs) or M.config.debounce_ms
+  M.state.timer:start(debounce, 0, vim.schedule_wrap(function()
     if vim.api.nvim_get_mode().mode:sub(1, 1) == "i" then
       M.request(false)
     end
@@ -284,7 +288,8 @@ end
 function M.status_text()
   local s = M.state
   local text = "codespec: " .. s.status
-  if not M.config.enabled then
+  local off_here = s.status == "ready" and not language_enabled(vim.api.nvim_get_current_buf())
+  if not M.config.enabled or off_here then
     text = "codespec: disabled"
   end
   if s.message then
@@ -292,6 +297,9 @@ function M.status_text()
   end
   if s.last_latency_ms then
     text = text .. string.format(", last %.0f ms", s.last_latency_ms)
+  end
+  if s.tokens_per_pass then
+    text = text .. string.format(", %.2f tokens per target pass", s.tokens_per_pass)
   end
   return text
 end
@@ -309,6 +317,23 @@ function M.toggle(filetype)
   end
   M.clear()
   notify(M.status_text() .. (filetype and filetype ~= "" and (" (" .. filetype .. " toggled)") or ""))
+end
+
+--- The daemon's tokens per target pass for the status (`codespec/stats`), at most every 5 s.
+function M.ask_tokens_per_pass()
+  local c, now = client(), vim.loop.now()
+  if not c or (M.state.stats_asked and now - M.state.stats_asked < 5000) then
+    return
+  end
+  M.state.stats_asked = now
+  compat.request(c, "codespec/stats", { since = "30m" }, function(err, result)
+    local tpp = not err and result and result.daemon and result.daemon.tokens_per_pass
+    if type(tpp) == "number" then
+      M.state.tokens_per_pass = tpp
+    else
+      M.state.stats_asked = nil -- nothing counted yet: ask again after the next completion
+    end
+  end)
 end
 
 function M.stats(callback)
