@@ -263,17 +263,22 @@ def last_line(path: Path) -> str:
     return path.read_text(encoding="utf-8").split("\n")[-1]
 
 
-def test_ghost_text_accept_word_dismiss_status_and_verdicts(
-    vsix, tiny_manifest, daemon_socket, tmp_path
-):
-    settings = {
+@pytest.fixture
+def tiny_settings(tiny_manifest, daemon_socket) -> dict:
+    """Extension settings for `codespec lsp` on a private socket with the tiny model."""
+    return {
         "serverPath": str(CODESPEC),
         "serverArgs": ["--socket", str(daemon_socket), "--pair", str(tiny_manifest)],
         "debounceMs": 60,
         **TINY_SETTINGS,
     }
+
+
+def test_ghost_text_accept_word_dismiss_status_and_verdicts(
+    vsix, tiny_settings, daemon_socket, tmp_path
+):
     files = {"area.py": "def area(width, height):\n    "}
-    with vscode(vsix, tmp_path, settings, files) as (server, bench):
+    with vscode(vsix, tmp_path, tiny_settings, files) as (server, bench):
         source = server.folder / "area.py"
         bench.open("area.py")
         # the status bar says when the server is up (the relay starts the daemon: seconds)
@@ -368,14 +373,8 @@ def test_a_missing_server_is_one_clear_message(vsix, tmp_path):
         os.environ["PATH"] = old_path
 
 
-def test_the_daemon_killed_mid_session_comes_back(vsix, tiny_manifest, daemon_socket, tmp_path):
-    settings = {
-        "serverPath": str(CODESPEC),
-        "serverArgs": ["--socket", str(daemon_socket), "--pair", str(tiny_manifest)],
-        "debounceMs": 60,
-        **TINY_SETTINGS,
-    }
-    with vscode(vsix, tmp_path, settings, {"b.py": "def f(a, b):\n    "}) as (server, bench):
+def test_the_daemon_killed_mid_session_comes_back(vsix, tiny_settings, daemon_socket, tmp_path):
+    with vscode(vsix, tmp_path, tiny_settings, {"b.py": "def f(a, b):\n    "}) as (server, bench):
         bench.open("b.py")
         wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
         bench.page.keyboard.press("Control+End")

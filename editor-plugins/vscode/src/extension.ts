@@ -21,6 +21,7 @@ import { GhostText } from "./inline";
 import { findServer, serverSettings } from "./pure";
 
 type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error";
+const SCHEMES = ["file", "untitled"]; // the documents codespec completes (and the client syncs)
 
 class Codespec {
   client: LanguageClient | undefined;
@@ -33,7 +34,7 @@ class Codespec {
   readonly bar = vscode.window.createStatusBarItem("codespec.status", vscode.StatusBarAlignment.Right, 100);
   readonly output = vscode.window.createOutputChannel("codespec", { log: true });
   readonly ghost = new GhostText(
-    () => (this.client?.state === State.Running ? this.client : undefined),
+    () => this.running(),
     (document) => this.enabledFor(document.languageId),
     () => config().get<number>("debounceMs", 150),
     {
@@ -68,6 +69,11 @@ class Codespec {
     this.bar.name = "codespec";
     this.bar.command = "codespec.showStatus";
     this.bar.show();
+  }
+
+  /** The client, while it runs. */
+  running(): LanguageClient | undefined {
+    return this.client?.state === State.Running ? this.client : undefined;
   }
 
   enabledFor(languageId: string): boolean {
@@ -157,7 +163,7 @@ class Codespec {
     }
     const serverOptions: ServerOptions = { command: server.command, args: server.args };
     const clientOptions: LanguageClientOptions = {
-      documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+      documentSelector: SCHEMES.map((scheme) => ({ scheme })),
       initializationOptions: serverSettings((key) => c.get(key)),
       outputChannel: this.output,
       // vscode-languageclient has an inline completion provider of its own; ours (inline.ts)
@@ -225,8 +231,9 @@ class Codespec {
       return;
     }
     const c = config();
-    if (this.client?.state === State.Running) {
-      void this.client.sendNotification("workspace/didChangeConfiguration", {
+    const client = this.running();
+    if (client) {
+      void client.sendNotification("workspace/didChangeConfiguration", {
         settings: { codespec: serverSettings((key) => c.get(key)) },
       });
     }
@@ -238,8 +245,8 @@ class Codespec {
 
   /** Where the cursor rests, so that the daemon warms the prompt there (`codespec/cursor`). */
   cursorRested(editor: vscode.TextEditor): void {
-    const client = this.client;
-    if (client?.state === State.Running && this.enabledFor(editor.document.languageId) && ["file", "untitled"].includes(editor.document.uri.scheme)) {
+    const client = this.running();
+    if (client && this.enabledFor(editor.document.languageId) && SCHEMES.includes(editor.document.uri.scheme)) {
       const p = editor.selection.active;
       void client.sendNotification("codespec/cursor", {
         textDocument: { uri: client.code2ProtocolConverter.asUri(editor.document.uri) },
@@ -283,13 +290,14 @@ class Codespec {
   }
 
   async showStats(): Promise<void> {
-    if (!this.client || this.client.state !== State.Running) {
+    const client = this.running();
+    if (!client) {
       vscode.window.showWarningMessage("codespec: the server is not running");
       return;
     }
     let report: StatsReport;
     try {
-      report = await this.client.sendRequest<StatsReport>("codespec/stats", { by: "language" });
+      report = await client.sendRequest<StatsReport>("codespec/stats", { by: "language" });
     } catch (error) {
       vscode.window.showWarningMessage(`codespec: stats failed: ${String((error as Error)?.message ?? error)}`);
       return;

@@ -231,10 +231,10 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     if (!s || s.uri !== document.uri.toString()) {
       return undefined;
     }
-    if (document.offsetAt(position) < s.anchor || s.anchor > document.getText().length) {
+    const anchor = document.positionAt(s.anchor); // clamped to the document's end
+    if (document.offsetAt(anchor) !== s.anchor || document.offsetAt(position) < s.anchor) {
       return undefined;
     }
-    const anchor = document.positionAt(s.anchor);
     if (document.lineAt(anchor.line).text.slice(0, anchor.character) !== s.lineBefore) {
       return undefined;
     }
