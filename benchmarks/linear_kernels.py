@@ -1,5 +1,6 @@
 """Kernel table: ms per pass of M rows through the target's linear layers (28 decoder layers of
-Qwen2.5-Coder-1.5B + the LM head) in fp32, bf16, weight-only int8 and int4, on this machine, and
+Qwen2.5-Coder-1.5B + the LM head) in fp32, bf16, weight-only int8 and int4, and int8 weights
+with int8 activations (w8a8, fbgemm), on this machine, and
 its memory read bandwidth (the floor a decode pass cannot beat: the bytes of the weights).
 
 Random weights of the real shapes, one format at a time (fp32 needs ~6 GB while it runs).
@@ -46,12 +47,17 @@ def layers_of(fmt: str) -> list:
             size += dense.numel() * dense.element_size()
         else:
             q = quantize_int4(w) if fmt == "int4" else quantize_int8(w)
-            kind = fmt if fmt == "int8" or n % 16 == 0 else "int8"
-            layer = QuantLinear(q, None, kind, torch.bfloat16)
+            kind = fmt if fmt != "int4" or n % 16 == 0 else "int8"
+            layer = QuantLinear(q, None, kind, activation_dtype(fmt))
             out.append(layer)
-            size += sum(b.numel() * b.element_size() for b in layer.buffers())
+            # w8a8 keeps its weight packed outside the buffers: int8 codes + a scale per row
+            size += sum(b.numel() * b.element_size() for b in layer.buffers()) or n * k + 4 * n
         del w
     return out, size
+
+
+def activation_dtype(fmt: str) -> torch.dtype:
+    return torch.float32 if fmt in ("fp32", "w8a8") else torch.bfloat16
 
 
 def pass_ms(layers: list, rows: int, dtype: torch.dtype, repeats: int = 3) -> float:
@@ -79,7 +85,7 @@ def read_bandwidth_gb_s(gigabytes: float = 1.0) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,2,4,8")
-    ap.add_argument("--formats", default="fp32,bf16,int8,int4")
+    ap.add_argument("--formats", default="fp32,bf16,int8,int4,w8a8")
     ap.add_argument("--json", default="bench-out/kernels.json")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
@@ -98,8 +104,7 @@ def main() -> None:
     )
     for fmt in args.formats.split(","):
         layers, size = layers_of(fmt)
-        dtype = torch.float32 if fmt == "fp32" else torch.bfloat16
-        times = {m: pass_ms(layers, m, dtype) for m in rows}
+        times = {m: pass_ms(layers, m, activation_dtype(fmt)) for m in rows}
         floor = 1000 * size / 1e9 / bandwidth
         report["formats"][fmt] = {"ms": times, "weight_gb": size / 1e9, "floor_ms": floor}
         cells = "  ".join(f"M={m}: {t:7.1f} ms" for m, t in times.items())

@@ -38,10 +38,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
     p.add_argument(
         "--quantize",
-        choices=["auto", "off", "int4", "int8"],
+        choices=["auto", "off", "int4", "int8", "w8a8"],
         default=None,
         help="CPU weights: auto (the pair's choice: int4/int8 for GGUF pairs, kernels measured "
-        "on this machine), off (dense bf16/fp32), int4, int8",
+        "on this machine), off (dense bf16/fp32), int4, int8 (weight-only), w8a8 (int8 weights "
+        "and activations)",
     )
 
 

@@ -126,7 +126,7 @@ def _source(table: dict[str, Any], where: str) -> ModelSource:
     return ModelSource(**{"label": where, **table})
 
 
-QUANTIZE_CHOICES = ("auto", "off", "int4", "int8")
+QUANTIZE_CHOICES = ("auto", "off", "int4", "int8", "w8a8")
 
 
 def _quantize_table(table: Any, path: Path) -> dict[str, str]:
@@ -381,21 +381,21 @@ def cpu_has_native_bf16() -> bool:
 def quantize_mode(manifest: PairManifest, device: str, override: str | None = None) -> str:
     """How the models of a pair run on ``device``: "off" (dense weights), "auto" (weight-only
     int4/int8 for GGUF sources, whose weights were quantized by their publisher; kernels
-    measured), "int4" or "int8" (any source, quantized at load when it is dense)."""
+    measured), "int4", "int8" or "w8a8" (any source, quantized at load when it is dense)."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
     mode = override or manifest.quantize.get(kind, "auto" if kind == "cpu" else "off")
     if mode not in QUANTIZE_CHOICES:
         raise ModelError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {mode!r}")
     if kind == "cuda" and mode != "off":
         if override:  # asked for explicitly: say why not
-            raise ModelError("weight-only int4/int8 kernels run on the CPU only; use off on a GPU")
+            raise ModelError("the int4/int8/w8a8 kernels run on the CPU only; use off on a GPU")
         return "off"
     return mode
 
 
 def uses_quantized_form(src: ModelSource, mode: str) -> bool:
     """Whether ``src`` loads as quantized tensors under ``mode`` (see ``quantize_mode``)."""
-    return mode in ("int4", "int8") or (mode == "auto" and src.source == "pypi-parts")
+    return mode in ("int4", "int8", "w8a8") or (mode == "auto" and src.source == "pypi-parts")
 
 
 def choose_device(device: str | None = None) -> str:
@@ -446,7 +446,7 @@ def load_quantized_lm(folder: Path, src: ModelSource, mode: str) -> tuple[Any, A
         state: dict = {}
         for file in sorted(folder.glob("*.safetensors")):
             state.update(load_file(str(file)))
-        weights = quantize_dense(state, "int8" if mode == "int8" else "int4")
+        weights = quantize_dense(state, "int8" if mode in ("int8", "w8a8") else "int4")
         key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
         del state
     plan = load_or_measure(

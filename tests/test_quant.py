@@ -88,9 +88,35 @@ def test_quant_linear_computes_x_w_plus_b(kind, dtype):
     assert torch.allclose(layer(x).float(), expected, atol=tolerance, rtol=0.02)
 
 
-def test_quant_linear_rows_do_not_depend_on_the_pass_width():
-    layer = QuantLinear(quantize_int4(torch.randn(96, 64)), None, "int4", torch.bfloat16)
-    x = torch.randn(8, 64, dtype=torch.bfloat16)
+def test_w8a8_computes_x_w_plus_b_with_each_row_rounded_to_8_bits():
+    weight, bias = quantize_int4(torch.randn(96, 64)), torch.randn(96)
+    layer = QuantLinear(weight, bias, "w8a8", torch.float32)
+    x = torch.randn(5, 64)
+    x[0] *= 1000  # rows of very different sizes: each has its own scale
+    w8 = quantize_int8(weight.dequantize(), levels=63)  # 7-bit weights: no int16 overflow
+    step = x.abs().amax(1, keepdim=True) / 127
+    rounded = torch.round(x / step) * step  # what the kernel sees of x
+    expected = rounded @ w8.dequantize().T + bias
+    assert torch.allclose(layer(x), expected, rtol=1e-4, atol=1e-3 * expected.abs().max())
+    # and that is close to the float product: the rounding is a few percent of a row
+    exact = x @ w8.dequantize().T + bias
+    assert ((layer(x) - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.05
+
+
+def test_w8a8_does_not_overflow_on_large_weights_and_inputs():
+    """All-extreme inputs and weights: with 8-bit weights, int16 pair sums would saturate."""
+    weight = quantize_int8(torch.ones(32, 64), levels=63)
+    layer = QuantLinear(weight, None, "w8a8", torch.float32)
+    x = torch.ones(2, 64)
+    assert torch.allclose(layer(x), x @ weight.dequantize().T, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8", "w8a8"])
+def test_quant_linear_rows_do_not_depend_on_the_pass_width(kind):
+    dtype = torch.float32 if kind == "w8a8" else torch.bfloat16
+    layer = QuantLinear(quantize_int4(torch.randn(96, 64)), None, kind, dtype)
+    x = torch.randn(8, 64, dtype=dtype)
+    x[3] *= 50
     alone = torch.cat([layer(x[i : i + 1]) for i in range(8)])
     assert torch.equal(alone, layer(x))
 
@@ -154,14 +180,36 @@ def test_speculative_equals_plain_on_a_quantized_bf16_model(prompt):
     assert plain.stats.target_passes == 39
 
 
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_speculative_equals_plain_with_int8_activations(prompt):
+    dense = tiny_qwen2(seed=4, vocab=96, hidden=64)
+    weights = quantize_dense(dense.state_dict())
+    model = build_quantized(dense.config, weights, torch.float32, lambda name, w: "w8a8")
+    assert {m.kind for m in model.modules() if isinstance(m, QuantLinear)} == {"w8a8"}
+    engine = Engine(
+        CachedModel(model, prefill_chunk=8),
+        policy=SpeculationPolicy(draft_mode="off"),
+        ngram=NgramProposer(min_ngram=1, branches=3),
+    )
+    engine.calibrate()
+    assert engine.pad_single_row is False  # integer sums: a row is the same in any pass
+    engine.policy = SpeculationPolicy(draft_mode="off")
+    spec = engine.generate(prompt, GenerationParams(max_tokens=40)).run()
+    plain = engine.generate(prompt, GenerationParams(max_tokens=40, speculate=False)).run()
+    assert spec == plain == naive_greedy(model, prompt, 40)
+
+
 def test_kernel_plan_is_measured_once_per_machine_and_then_read(tmp_path, monkeypatch):
     dense = tiny_qwen2(seed=0, vocab=96, hidden=64)
     weights = quantize_dense(dense.state_dict(), "int4")
     cache = tmp_path / "plan.json"
     plan = kernels.load_or_measure(weights, cache)
-    assert plan.dtype in kernels.DTYPES and set(plan.kernels) >= {"q_proj", "down_proj"}
+    assert plan.dtype in kernels.DTYPES
+    assert set(plan.kernels) >= {"q_proj", "down_proj", "lm_head"}
     for proj, kernel in plan.kernels.items():  # what was chosen was timed at every width
+        assert kernel in kernels.KERNELS
         assert plan.timings_ms[plan.dtype][proj][kernel].keys() == {1, 2, 4, 8}
+    assert "w8a8" in plan.timings_ms[plan.dtype]["q_proj"]  # fbgemm is there on x86 CPUs
     saved = json.loads(cache.read_text())
     assert saved[kernels.machine_fingerprint()]["dtype"] == plan.dtype
 

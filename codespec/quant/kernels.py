@@ -3,10 +3,11 @@
 What is fast differs by processor: with AVX-512 bf16 the kernels take bf16 activations
 natively; on an AVX2-only CPU bf16 is emulated, yet torch's weight-only int4/int8 kernels are
 still several times faster with bf16 activations than with float32 (they convert internally);
-and whether int4 or int8 wins depends on the layer's shape and the pass width. So the first
-load on a machine times real layers of the model at pass widths 1, 2, 4 and 8 for every
-(dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch version
-and threads) and every later start reads it back.
+fbgemm's integer kernel (``w8a8``, int8 activations too) beats both on AVX2 by 2-4x; and which
+wins depends on the layer's shape and the pass width. So the first load on a machine times
+real layers of the model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for
+every (dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
+version and threads) and every later start reads it back.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from pathlib import Path
 
 import torch
 
-from .layers import Int4Weight, QuantLinear, QuantWeight, int4_fits
+from .layers import Int4Weight, QuantLinear, QuantWeight, int4_fits, w8a8_available
 
 WIDTHS = (1, 2, 4, 8)
 # Decode passes are mostly narrow: weigh the widths by how often the decode loop runs them.
 WIDTH_WEIGHT = {1: 0.4, 2: 0.3, 4: 0.2, 8: 0.1}
 DTYPES = ("bfloat16", "float32")
-INT8_MUST_WIN_BY = 0.85  # int8 takes twice the memory of int4: use it only when clearly faster
-PLAN_FORMAT = 1
+# int8 and w8a8 take twice the memory of int4: use them only when clearly faster
+INT8_MUST_WIN_BY = 0.85
+KERNELS = ("int4", "int8", "w8a8")
+PLAN_FORMAT = 2
 
 
 def projection(name: str) -> str:
@@ -42,23 +45,25 @@ class KernelPlan:
     """The chosen activation dtype and the kernel for int4-stored layers, by projection."""
 
     dtype: str = "bfloat16"
-    kernels: dict[str, str] = field(default_factory=dict)  # projection -> "int4" | "int8"
+    kernels: dict[str, str] = field(default_factory=dict)  # projection -> a name in KERNELS
     timings_ms: dict = field(default_factory=dict)  # dtype -> projection -> kernel -> width -> ms
     reason: str = ""
     fingerprint: str = ""
     measured_s: float = 0.0
-    forced: str = ""  # "int4" / "int8" when the user chose the kernel
+    forced: str = ""  # a name in KERNELS when the user chose the kernel
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
     def kernel_for(self, name: str, weight: QuantWeight) -> str:
-        """int8 for int8-stored weights and shapes the int4 kernel does not take."""
+        """The projection's kernel; an 8-bit one where the weight is int8-stored or of a shape
+        the int4 kernel does not take."""
+        kernel = self.forced or self.kernels.get(projection(name), "int4")
         n, k = weight.q.shape
-        if not (isinstance(weight, Int4Weight) and int4_fits(n, k)):
+        if kernel == "int4" and not (isinstance(weight, Int4Weight) and int4_fits(n, k)):
             return "int8"
-        return self.forced or self.kernels.get(projection(name), "int4")
+        return kernel
 
     def summary(self) -> str:
         kinds = [self.forced] if self.forced else sorted(set(self.kernels.values())) or ["int8"]
@@ -117,7 +122,8 @@ def measure(
     by_proj: dict[str, list[tuple[QuantWeight, torch.Tensor | None]]] = {}
     for name in weights:
         parts = name.split(".")
-        if "layers" not in parts or int(parts[parts.index("layers") + 1]) >= sample_layers:
+        sampled = "layers" in parts and int(parts[parts.index("layers") + 1]) < sample_layers
+        if not (sampled or name == "lm_head.weight"):
             continue
         weight = weights[name]
         if isinstance(weight, torch.Tensor):
@@ -128,7 +134,7 @@ def measure(
     pairs = []  # (dtype, projection, kernel)
     for dtype in DTYPES:
         for proj, layers in by_proj.items():
-            kernels = ["int8"]
+            kernels = ["int8", "w8a8"] if w8a8_available() else ["int8"]
             if all(isinstance(w, Int4Weight) and int4_fits(*w.q.shape) for w, _ in layers):
                 kernels.insert(0, "int4")
             pairs += [(dtype, proj, kernel) for kernel in kernels]
@@ -150,10 +156,9 @@ def measure(
         options = {k: score(t) for k, t in timings[dtype][proj].items() if len(t) == len(WIDTHS)}
         if not options:  # this dtype was dropped for this layer: it costs its one-row time x 8
             options = {k: 8 * t[1] for k, t in timings[dtype][proj].items()}
-        if "int4" in options and "int8" in options:
-            kernel = "int8" if options["int8"] < INT8_MUST_WIN_BY * options["int4"] else "int4"
-        else:
-            kernel = min(options, key=options.get)
+        kernel = min(options, key=options.get)
+        if "int4" in options and options[kernel] >= INT8_MUST_WIN_BY * options["int4"]:
+            kernel = "int4"  # the 8-bit kernels do not win by enough to pay for their memory
         return kernel, options[kernel]
 
     totals = {d: sum(best_kernel(d, p)[1] for p in by_proj) for d in DTYPES}
@@ -162,7 +167,7 @@ def measure(
     other = next(d for d in DTYPES if d != dtype)
     reason = (
         f"measured: {dtype} {totals[dtype]:.1f} ms vs {other} {totals[other]:.1f} ms "
-        f"per sampled layer (weighted over widths {'/'.join(map(str, WIDTHS))})"
+        f"for the sampled layers (weighted over widths {'/'.join(map(str, WIDTHS))})"
     )
     return KernelPlan(
         dtype=dtype,
@@ -179,7 +184,7 @@ def load_or_measure(
 ) -> KernelPlan:
     """The plan for this machine: read from ``cache_file`` or measured once and stored there.
 
-    ``force`` ("int4" / "int8") skips the kernel choice (the dtype is still measured)."""
+    ``force`` (a name in ``KERNELS``) skips the kernel choice (the dtype is still measured)."""
     fingerprint = machine_fingerprint()
     try:
         saved = json.loads(cache_file.read_text())
@@ -193,7 +198,9 @@ def load_or_measure(
         saved = saved if isinstance(saved, dict) and saved.get("format") == PLAN_FORMAT else {}
         saved.update({"format": PLAN_FORMAT, fingerprint: asdict(plan)})
         _write_atomically(cache_file, json.dumps(saved, indent=1))
-    if force in ("int4", "int8"):
+    if force == "w8a8" and not w8a8_available():
+        raise ValueError("w8a8 needs torch's fbgemm engine (an x86 CPU with AVX2)")
+    if force in KERNELS:
         plan.forced = force
         plan.reason = f"{force} chosen by the pair or the user; dtype {plan.reason}"
     return plan

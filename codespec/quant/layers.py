@@ -11,14 +11,35 @@ Two stored forms, both plain tensors (safetensors, never pickle):
 * ``Int8Weight``: int8 codes with one scale per output row: ``w = scale * q``
   (``torch._weight_int8pack_mm``).
 
-``QuantLinear`` runs either; ``QuantEmbedding`` gathers rows of either and dequantizes just
-those. Both kernels compute each output row from its own input row only, so a position's
-result does not depend on how many rows its pass had (checked at load, see ``kernels.py``):
-that is what keeps speculative verification bit-identical to plain decoding.
+``QuantLinear`` runs them with one of three kernels:
+
+* ``int4``: int4 weights, float activations (tinygemm);
+* ``int8``: int8 weights, float activations (``_weight_int8pack_mm``);
+* ``w8a8``: int8 weights and int8 activations, integer dot products (fbgemm, through torch's
+  quantized engine; on AVX2 it is 2-4x faster than the two above, at the memory-bandwidth
+  floor for one row). Each input row is rounded to 8 bits with its own scale::
+
+      step = max|x_row| / 127,  x_row ~= step * a  with a in -127..127
+      y_row = step * (a . q) * scale          (a . q summed exactly in int32)
+
+  The weights get 7 bits (q in -63..63), not 8: on AVX2 the kernel multiplies unsigned 8-bit
+  inputs (a + 128) by signed 8-bit weights and adds pairs into int16 with saturation, and
+  2 * 255 * 63 stays below 2^15 (torch's ``reduce_range`` takes the bit from the activations
+  instead; on the real model that measured worse: activations have the outliers).
+
+  Because the sum is exact integer arithmetic and the rounding uses only the row itself, a
+  row's result is the same bits in a pass of any width.
+
+``QuantEmbedding`` gathers rows of int4/int8 tables and dequantizes just those. Every kernel
+computes each output row from its own input row only, so a position's result does not depend
+on how many rows its pass had (checked at load, see ``kernels.py``): that is what keeps
+speculative verification bit-identical to plain decoding.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -86,12 +107,30 @@ def quantize_int4(weight: torch.Tensor) -> Int4Weight:
     return Int4Weight(q.to(torch.uint8).reshape(n, k), scale, -low)
 
 
-def quantize_int8(weight: torch.Tensor) -> Int8Weight:
-    """Symmetric 8-bit quantization with one scale per output row."""
+def quantize_int8(weight: torch.Tensor, levels: int = 127) -> Int8Weight:
+    """Symmetric 8-bit quantization with one scale per output row (codes in -levels..levels)."""
     w = weight.float()
-    scale = (w.abs().amax(1) / 127).clamp(min=1e-12)
-    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    scale = (w.abs().amax(1) / levels).clamp(min=1e-12)
+    q = torch.round(w / scale[:, None]).clamp(-levels, levels).to(torch.int8)
     return Int8Weight(q, scale)
+
+
+def requantize_int8(weight: QuantWeight, levels: int, rows: int = 2048) -> Int8Weight:
+    """``quantize_int8`` of the dequantized weight, a block of rows at a time (the LM head in
+    float32 would be ~1 GB at once)."""
+    parts = [
+        quantize_int8(_rows(weight, i, i + rows).dequantize(), levels)
+        for i in range(0, weight.q.shape[0], rows)
+    ]
+    return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scale for p in parts]))
+
+
+def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
+    if isinstance(weight, Int4Weight):
+        return Int4Weight(
+            weight.q[start:stop], weight.scale[start:stop], weight.minimum[start:stop]
+        )
+    return Int8Weight(weight.q[start:stop], weight.scale[start:stop])
 
 
 def int4_fits(n: int, k: int) -> bool:
@@ -104,8 +143,48 @@ def unpack_stored(stored: dict[str, torch.Tensor]) -> QuantWeight:
     return Int4Weight.unpack(stored) if "q4" in stored else Int8Weight.unpack(stored)
 
 
+# w8a8: a row's inputs become integers in -127..127, stored as uint8 around 128 (1..255); the
+# weights integers in -63..63, so that no pair of products overflows int16 (see above)
+ACTIVATION_LEVELS, ACTIVATION_ZERO, W8A8_WEIGHT_LEVELS = 127, 128, 63
+
+
+def prepack_w8a8(weight: Int8Weight):
+    """The int8 weight in fbgemm's packed layout (the codes are not kept beside it); its codes
+    must lie in -63..63 (``W8A8_WEIGHT_LEVELS``)."""
+    n, _ = weight.q.shape
+    with warnings.catch_warnings():  # quantized tensors are deprecated in name only in 2.x
+        warnings.simplefilter("ignore")
+        qweight = torch._make_per_channel_quantized_tensor(
+            weight.q, weight.scale.double(), torch.zeros(n, dtype=torch.long), 0
+        )
+        return torch.ops.quantized.linear_prepack(qweight, None)
+
+
+def w8a8_matmul(x: torch.Tensor, packed) -> torch.Tensor:
+    """``x W^T`` for a prepacked int8 W, with each row of ``x`` rounded to 8 bits on its own
+    scale; float32 out. The op rounds ``x / step`` with a fixed scale 1 and zero point 128,
+    sums in int32, and multiplies by W's row scales; the row's ``step`` is applied after."""
+    x = x.float()
+    step = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-30) / ACTIVATION_LEVELS
+    y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        x / step, 1.0, ACTIVATION_ZERO, packed
+    )
+    return y * step
+
+
+@functools.cache
+def w8a8_available() -> bool:
+    """Whether torch's quantized engine runs the w8a8 op here (fbgemm: x86 with AVX2)."""
+    try:
+        layer = prepack_w8a8(quantize_int8(torch.ones(16, 32), W8A8_WEIGHT_LEVELS))
+        return bool(torch.isfinite(w8a8_matmul(torch.ones(2, 32), layer)).all())
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return False
+
+
 class QuantLinear(torch.nn.Module):
-    """``y = x W^T + b`` with W int4 (group 32) or int8 (per row); activations in ``dtype``."""
+    """``y = x W^T + b`` with W int4 (group 32) or int8 (per row); activations in ``dtype``
+    (``w8a8`` rounds them to 8 bits inside the layer, see the module's docstring)."""
 
     def __init__(
         self, weight: QuantWeight, bias: torch.Tensor | None, kind: str, dtype: torch.dtype
@@ -128,6 +207,10 @@ class QuantLinear(torch.nn.Module):
             w8 = weight if isinstance(weight, Int8Weight) else quantize_int8(weight.dequantize())
             self.register_buffer("q8", w8.q.contiguous())
             self.register_buffer("scale", w8.scale.to(dtype))
+        elif kind == "w8a8":
+            w7 = requantize_int8(weight, W8A8_WEIGHT_LEVELS)
+            # a TorchScript object, not a tensor: it is neither a buffer nor saved
+            self.packed_w8a8 = prepack_w8a8(w7)
         else:
             raise ValueError(f"unknown kernel {kind!r}")
         self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), False)
@@ -137,8 +220,10 @@ class QuantLinear(torch.nn.Module):
         x2 = x.reshape(-1, shape[-1]).to(self.dtype)
         if self.kind == "int4":
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP, self.scale_zero)
-        else:
+        elif self.kind == "int8":
             y = torch.ops.aten._weight_int8pack_mm(x2, self.q8, self.scale)
+        else:
+            y = w8a8_matmul(x2, self.packed_w8a8).to(self.dtype)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias if self.bias is not None else y
 
