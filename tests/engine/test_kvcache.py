@@ -78,3 +78,38 @@ def test_typing_stays_in_the_same_slot(target_model):
     cached.forward([61, 62, 63])  # a completion's tokens after the prompt
     cached.prefill(list(range(1, 60)) + [70])  # the user typed something else
     assert cached.parked == []
+
+
+def test_appending_writes_into_the_buffer_without_copying_the_cache(target_model):
+    cached = CachedModel(target_model)
+    cached.prefill(list(range(1, 30)))
+    layer = cached.cache.layers[0]
+    buffer = layer.buffers[0]
+    for token in (31, 32, 33):
+        cached.forward([token])
+    assert layer.buffers[0] is buffer and layer.keys.data_ptr() == buffer.data_ptr()
+    assert layer.keys.shape[-2] == 32
+    cached.crop(20)
+    logits = cached.forward([40, 41])[-1]
+    assert layer.buffers[0] is buffer  # cropped, then overwritten in place
+    cold = CachedModel(target_model).prefill(list(range(1, 21)) + [40, 41])[0]
+    assert torch.allclose(logits, cold, atol=1e-5)
+
+
+def test_places_sharing_a_prefix_never_write_into_each_other(target_model):
+    """A forked place copies what it shares: writing to one place leaves the others intact."""
+    from codespec.engine.kvcache import PARK_MIN_TOKENS
+
+    cached = CachedModel(target_model, prefill_chunk=64, slots=3)
+    shared = list(range(1, 41))
+    place_a = shared + [50 + i % 40 for i in range(PARK_MIN_TOKENS + 20)]
+    place_b = shared + [7 + i % 30 for i in range(PARK_MIN_TOKENS + 10)]
+    cached.prefill(place_a)
+    cached.prefill(place_b)  # a fork of A's first 40 positions, then B's own
+    cached.prefill(place_a)
+    cached.prefill(shared[:10] + [90, 91, 92])  # a fork of A's first 10, written over
+    for place in (place_b, place_a):
+        logits, reused, _ = cached.prefill(place)
+        assert reused == len(place) - 1  # the place's slot was kept whole ...
+        cold = CachedModel(target_model).prefill(place)[0]
+        assert torch.allclose(logits, cold, atol=1e-5)  # ... and holds what it should
