@@ -34,11 +34,14 @@ from rpc import RawClient, relay_client
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(socket_path: Path, stats_db: Path | None = None) -> subprocess.Popen:
+def start(
+    socket_path: Path, stats_db: Path | None = None, quantize: str | None = None
+) -> subprocess.Popen:
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path)),
             *("--no-status", "--stats-db", str(stats_db or socket_path.with_name("stats.sqlite3"))),
+            *(("--quantize", quantize) if quantize else ()),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -111,10 +114,11 @@ def main() -> None:
     ap.add_argument(
         "--stats-db", default=None, help="keep the session's acceptance stats in this store"
     )
+    ap.add_argument("--quantize", default=None, help="the daemon's --quantize (default: auto)")
     args = ap.parse_args()
 
     socket_path = Path(tempfile.mkdtemp(prefix="codespec-bench-")) / "d.sock"
-    daemon = start(socket_path, Path(args.stats_db) if args.stats_db else None)
+    daemon = start(socket_path, Path(args.stats_db) if args.stats_db else None, args.quantize)
     try:
         client = connect(socket_path)
         client.initialize()

@@ -207,9 +207,10 @@ def test_kernel_plan_is_measured_once_per_machine_and_then_read(tmp_path, monkey
     assert plan.dtype in kernels.DTYPES
     assert set(plan.kernels) >= {"q_proj", "down_proj", "lm_head"}
     for proj, kernel in plan.kernels.items():  # what was chosen was timed at every width
-        assert kernel in kernels.KERNELS
+        assert kernel in kernels.AUTO_KERNELS
         assert plan.timings_ms[plan.dtype][proj][kernel].keys() == {1, 2, 4, 8}
-    assert "w8a8" in plan.timings_ms[plan.dtype]["q_proj"]  # fbgemm is there on x86 CPUs
+    assert "w8a8" in plan.timings_ms["float32"]["q_proj"]  # timed (fbgemm is there on x86)
+    assert "w8a8 (--quantize w8a8)" in plan.reason
     saved = json.loads(cache.read_text())
     assert saved[kernels.machine_fingerprint()]["dtype"] == plan.dtype
 
@@ -225,6 +226,11 @@ def test_kernel_plan_is_measured_once_per_machine_and_then_read(tmp_path, monkey
             "model.layers.0.mlp.up_proj", weights["model.layers.0.mlp.up_proj.weight"]
         )
         == "int8"
+    )
+    asked = kernels.load_or_measure(weights, cache, force="w8a8")
+    assert (asked.dtype, asked.kernel_for("lm_head", weights["lm_head.weight"])) == (
+        "float32",
+        "w8a8",
     )
     monkeypatch.setattr(kernels, "machine_fingerprint", lambda: "another machine")
     with pytest.raises(AssertionError, match="measured twice"):

@@ -32,7 +32,11 @@ DTYPES = ("bfloat16", "float32")
 # int8 and w8a8 take twice the memory of int4: use them only when clearly faster
 INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
-PLAN_FORMAT = 2
+# What "auto" chooses from: the weight-only kernels compute with the activations as they are.
+# w8a8 is timed too (the plan says how much faster it would be) but runs only when asked for:
+# rounding activations to 8 bits cost exact match on the bench (docs/benchmarks.md).
+AUTO_KERNELS = ("int4", "int8")
+PLAN_FORMAT = 3
 
 
 def projection(name: str) -> str:
@@ -152,10 +156,11 @@ def measure(
                 by_proj[proj], kernel, getattr(torch, dtype), WIDTHS
             )
 
-    def best_kernel(dtype: str, proj: str) -> tuple[str, float]:
-        options = {k: score(t) for k, t in timings[dtype][proj].items() if len(t) == len(WIDTHS)}
+    def best_kernel(dtype: str, proj: str, allowed=AUTO_KERNELS) -> tuple[str, float]:
+        measured = {k: t for k, t in timings[dtype][proj].items() if k in allowed}
+        options = {k: score(t) for k, t in measured.items() if len(t) == len(WIDTHS)}
         if not options:  # this dtype was dropped for this layer: it costs its one-row time x 8
-            options = {k: 8 * t[1] for k, t in timings[dtype][proj].items()}
+            options = {k: 8 * t[1] for k, t in measured.items()}
         kernel = min(options, key=options.get)
         if "int4" in options and options[kernel] >= INT8_MUST_WIN_BY * options["int4"]:
             kernel = "int4"  # the 8-bit kernels do not win by enough to pay for their memory
@@ -169,6 +174,9 @@ def measure(
         f"measured: {dtype} {totals[dtype]:.1f} ms vs {other} {totals[other]:.1f} ms "
         f"for the sampled layers (weighted over widths {'/'.join(map(str, WIDTHS))})"
     )
+    if all("w8a8" in timings["float32"][p] for p in by_proj):
+        w8a8 = sum(best_kernel("float32", p, ("w8a8",))[1] for p in by_proj)
+        reason += f"; w8a8 (--quantize w8a8) {w8a8:.1f} ms"
     return KernelPlan(
         dtype=dtype,
         kernels=kernels,
@@ -202,6 +210,8 @@ def load_or_measure(
         raise ValueError("w8a8 needs torch's fbgemm engine (an x86 CPU with AVX2)")
     if force in KERNELS:
         plan.forced = force
+        if force == "w8a8":  # the kernel takes and returns float32: no conversions between
+            plan.dtype = "float32"
         plan.reason = f"{force} chosen by the pair or the user; dtype {plan.reason}"
     return plan
 
