@@ -7,7 +7,9 @@ fbgemm's integer kernel (``w8a8``, int8 activations too) beats both on AVX2 by 2
 wins depends on the layer's shape and the pass width. So the first load on a machine times
 real layers of the model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for
 every (dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
-version and threads) and every later start reads it back.
+version and threads) and every later start reads it back. The choice is made among the
+weight-only kernels (``AUTO_KERNELS``); w8a8 runs only when asked for, and the plan's reason
+says what it would gain here.
 """
 
 from __future__ import annotations
