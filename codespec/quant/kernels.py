@@ -36,7 +36,7 @@ INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
 # What "auto" chooses from: the weight-only kernels compute with the activations as they are.
 # w8a8 is timed too (the plan says how much faster it would be) but runs only when asked for:
-# rounding activations to 8 bits cost exact match on the bench (docs/benchmarks.md).
+# its float32 activations and KV cache take the resident pair over 2.5 GB (docs/benchmarks.md).
 AUTO_KERNELS = ("int4", "int8")
 PLAN_FORMAT = 3
 
