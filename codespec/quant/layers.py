@@ -204,7 +204,7 @@ class QuantLinear(torch.nn.Module):
             pairs = torch.stack([weight.scale, zero], dim=-1).transpose(0, 1).contiguous()
             self.register_buffer("scale_zero", pairs.to(dtype))
         elif kind == "int8":
-            w8 = weight if isinstance(weight, Int8Weight) else quantize_int8(weight.dequantize())
+            w8 = weight if isinstance(weight, Int8Weight) else requantize_int8(weight, 127)
             self.register_buffer("q8", w8.q.contiguous())
             self.register_buffer("scale", w8.scale.to(dtype))
         elif kind == "w8a8":
