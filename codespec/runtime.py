@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .engine import CachedModel, Engine, SpeculationPolicy
+from .memory import return_freed_memory
 from .models import (
     ModelError,
     ModelSource,
@@ -78,17 +80,14 @@ def load_pair(
     ]
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folders[0])
-    models, summaries, dtype = [], [], None
-    for src, folder in zip(sources, folders, strict=True):
-        if uses_quantized_form(src, mode):
-            model, plan = load_quantized_lm(folder, src, mode)
-            summaries.append(f"{src.label}: {plan.summary()}")
-            dtype = dtype or plan.torch_dtype
-        else:
-            device, dense_dtype = choose_device_dtype(manifest.dtype, device)
-            model = load_causal_lm(folder, device, dense_dtype)
-            dtype = dtype or dense_dtype
-        models.append(model)
+    loaded = [
+        _load_model(src, folder, mode, manifest.dtype, device)
+        for src, folder in zip(sources, folders, strict=True)
+    ]
+    models = [model for model, _, _ in loaded]
+    summaries = [summary for _, summary, _ in loaded if summary]
+    dtype = loaded[0][2]
+    del loaded
     target, draft = models[0], (models[1] if len(models) > 1 else None)
     if draft is not None and draft.config.vocab_size > target.config.vocab_size:
         raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
@@ -105,7 +104,7 @@ def load_pair(
     )
     del models, target, draft  # the engine holds what it keeps (it may release the draft)
     engine.calibrate()
-    _return_freed_memory()
+    return_freed_memory(collect=True)  # what loading freed (a released draft among it)
     notes = [n for n in ("; ".join(summaries), engine.draft_note) if n]
     return LoadedPair(
         manifest=manifest,
@@ -119,15 +118,15 @@ def load_pair(
     )
 
 
-def _return_freed_memory() -> None:
-    """Hand the memory freed while loading back to the system (glibc keeps freed heap pages
-    otherwise, and they would count in the daemon's resident size for its whole life)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+def _load_model(
+    src: ModelSource, folder: Path, mode: str, dtypes: dict[str, str], device: str
+) -> tuple[Any, str, Any]:
+    """One model of the pair: (model, what runs its layers, its activation dtype)."""
+    if uses_quantized_form(src, mode):
+        model, plan = load_quantized_lm(folder, src, mode)
+        return model, f"{src.label}: {plan.summary()}", plan.torch_dtype
+    device, dense_dtype = choose_device_dtype(dtypes, device)
+    return load_causal_lm(folder, device, dense_dtype), "", dense_dtype
 
 
 def prepared_form(src: ModelSource, mode: str) -> str:

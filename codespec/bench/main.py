@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..files import FileError, read_text
 from ..languages import LANGUAGES
+from ..memory import return_freed_memory
 from . import corpus, report, sources
 from .runner import BenchSettings, peak_memory_mb, run_hole
 
@@ -123,6 +124,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
     for i, hole in enumerate(holes):
         row = run_hole(pair, hole, settings, spec_first=i % 2 == 0)
         rows.append(row)
+        return_freed_memory()  # as the daemon's worker does when it goes idle
         log(progress_line(i, len(holes), row))
 
     result = dict(

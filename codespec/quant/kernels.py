@@ -7,9 +7,9 @@ fbgemm's integer kernel (``w8a8``, int8 activations too) beats both on AVX2 by 2
 wins depends on the layer's shape and the pass width. So the first load on a machine times
 real layers of the model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for
 every (dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
-version and threads) and every later start reads it back. The choice is made among the
-weight-only kernels (``AUTO_KERNELS``); w8a8 runs only when asked for, and the plan's reason
-says what it would gain here.
+version and threads) and every later start reads it back. An 8-bit kernel holds twice the
+memory of int4, so it is chosen for a layer only where it is clearly faster
+(``INT8_MUST_WIN_BY``).
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ DTYPES = ("bfloat16", "float32")
 # int8 and w8a8 take twice the memory of int4: use them only when clearly faster
 INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
-# What "auto" chooses from: the weight-only kernels compute with the activations as they are.
-# w8a8 is timed too (the plan says how much faster it would be) but runs only when asked for:
-# its float32 activations and KV cache take the resident pair over 2.5 GB (docs/benchmarks.md).
-AUTO_KERNELS = ("int4", "int8")
-PLAN_FORMAT = 3
+# "auto" chooses among all three. w8a8 was opt-in until the resident pair fit 2.5 GB with it
+# (a released draft is now freed at once, and parked KV caches have a byte budget).
+PLAN_FORMAT = 4  # 4: auto may choose w8a8 (plans of format 3 could not)
 
 
 def projection(name: str) -> str:
@@ -121,9 +119,16 @@ def score(times: dict[int, float]) -> float:
 def measure(
     weights: Mapping[str, QuantWeight | torch.Tensor], sample_layers: int = 2
 ) -> KernelPlan:
-    """Time every (dtype, kernel) pair on the linear layers of the first ``sample_layers``
-    decoder layers and choose. Pairs whose one-row pass is over twice the best are dropped
-    before the wider widths are timed (float32 int4 is ~10x slower on AVX2: no need to wait)."""
+    """Time the kernels on the linear layers of the first ``sample_layers`` decoder layers and
+    the LM head, and choose between two whole plans:
+
+    * weight-only: for each projection the faster of int4 and int8, in the activation dtype
+      (bf16 or float32) whose layers total least;
+    * w8a8 everywhere, in float32 (the kernel's own input and output: no conversions).
+
+    w8a8 holds twice the memory of int4, so it must win by ``INT8_MUST_WIN_BY``. A (dtype,
+    kernel) whose one-row pass is over twice that kernel's best one-row pass in the other dtype
+    is not timed at the wider widths (float32 int4 is ~10x slower on AVX2: no need to wait)."""
     t0 = time.perf_counter()
     by_proj: dict[str, list[tuple[QuantWeight, torch.Tensor | None]]] = {}
     for name in weights:
@@ -137,48 +142,53 @@ def measure(
         base = name.removesuffix(".weight")
         bias = weights.get(f"{base}.bias")
         by_proj.setdefault(projection(base), []).append((weight, bias))
-    pairs = []  # (dtype, projection, kernel)
+    runs = []  # (dtype, projection, kernel)
     for dtype in DTYPES:
         for proj, layers in by_proj.items():
-            kernels = ["int8", "w8a8"] if w8a8_available() else ["int8"]
+            kernels = ["int8"]
             if all(isinstance(w, Int4Weight) and int4_fits(*w.q.shape) for w, _ in layers):
                 kernels.insert(0, "int4")
-            pairs += [(dtype, proj, kernel) for kernel in kernels]
+            if dtype == "float32" and w8a8_available():
+                kernels.append("w8a8")
+            runs += [(dtype, proj, kernel) for kernel in kernels]
     timings: dict = {}
-    for dtype, proj, kernel in pairs:
-        layers = by_proj[proj]
-        t1 = _time_layers(layers, kernel, getattr(torch, dtype), (1,))
+    for dtype, proj, kernel in runs:
+        t1 = _time_layers(by_proj[proj], kernel, getattr(torch, dtype), (1,))
         timings.setdefault(dtype, {}).setdefault(proj, {})[kernel] = t1
-    for dtype, proj, kernel in pairs:
-        best_one_row = min(
-            times[1] for per_dtype in timings.values() for times in per_dtype[proj].values()
-        )
-        if timings[dtype][proj][kernel][1] <= 2 * best_one_row:
+    for dtype, proj, kernel in runs:
+        same_kernel = [t[proj][kernel][1] for t in timings.values() if kernel in t[proj]]
+        if timings[dtype][proj][kernel][1] <= 2 * min(same_kernel):
             timings[dtype][proj][kernel] = _time_layers(
                 by_proj[proj], kernel, getattr(torch, dtype), WIDTHS
             )
 
-    def best_kernel(dtype: str, proj: str, allowed=AUTO_KERNELS) -> tuple[str, float]:
-        measured = {k: t for k, t in timings[dtype][proj].items() if k in allowed}
-        options = {k: score(t) for k, t in measured.items() if len(t) == len(WIDTHS)}
-        if not options:  # this dtype was dropped for this layer: it costs its one-row time x 8
-            options = {k: 8 * t[1] for k, t in measured.items()}
+    def cost(dtype: str, proj: str, kernel: str) -> float:
+        times = timings[dtype][proj][kernel]
+        # not timed wide: its one-row time for every width (it was over twice the best anyway)
+        return score(times) if len(times) == len(WIDTHS) else times[1]
+
+    def weight_only(dtype: str, proj: str) -> tuple[str, float]:
+        options = {k: cost(dtype, proj, k) for k in ("int4", "int8") if k in timings[dtype][proj]}
         kernel = min(options, key=options.get)
         if "int4" in options and options[kernel] >= INT8_MUST_WIN_BY * options["int4"]:
-            kernel = "int4"  # the 8-bit kernels do not win by enough to pay for their memory
+            kernel = "int4"  # int8 does not win by enough to pay for its memory
         return kernel, options[kernel]
 
-    totals = {d: sum(best_kernel(d, p)[1] for p in by_proj) for d in DTYPES}
+    totals = {d: sum(weight_only(d, p)[1] for p in by_proj) for d in DTYPES}
     dtype = min(totals, key=totals.get)
-    kernels = {p: best_kernel(dtype, p)[0] for p in by_proj}
+    kernels = {p: weight_only(dtype, p)[0] for p in by_proj}
     other = next(d for d in DTYPES if d != dtype)
     reason = (
-        f"measured: {dtype} {totals[dtype]:.1f} ms vs {other} {totals[other]:.1f} ms "
+        f"weight-only {dtype} {totals[dtype]:.1f} ms vs {other} {totals[other]:.1f} ms "
         f"for the sampled layers (weighted over widths {'/'.join(map(str, WIDTHS))})"
     )
     if all("w8a8" in timings["float32"][p] for p in by_proj):
-        w8a8 = sum(best_kernel("float32", p, ("w8a8",))[1] for p in by_proj)
-        reason += f"; w8a8 (--quantize w8a8) {w8a8:.1f} ms"
+        w8a8 = sum(cost("float32", p, "w8a8") for p in by_proj)
+        if w8a8 < INT8_MUST_WIN_BY * totals[dtype]:
+            dtype, kernels = "float32", {p: "w8a8" for p in by_proj}
+            reason = f"w8a8 float32 {w8a8:.1f} ms vs {reason}"
+        else:
+            reason += f"; w8a8 {w8a8:.1f} ms, not enough faster for its memory"
     return KernelPlan(
         dtype=dtype,
         kernels=kernels,

@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
+from ..memory import return_freed_memory
 from ..stats.record import Timing, new_id, request_row
 from ..stops import Cursor, Mode
 
@@ -273,6 +274,9 @@ class Worker:
                     self.running = None
                     if self.latest.get((job.session, job.uri)) is job:
                         del self.latest[(job.session, job.uri)]
+                    idle = not any(self.queues.values()) and not self.warm_jobs
+            if idle:  # nothing waits: give back what the request's temporaries left free
+                return_freed_memory()
 
     def _serve(self, job: Job) -> None:
         job.timing.started = time.perf_counter()

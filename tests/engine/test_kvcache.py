@@ -72,6 +72,23 @@ def test_the_least_recently_used_place_is_dropped(target_model):
     assert cached.prefill(places[0])[1] == 0  # gone: computed again from scratch
 
 
+def test_parked_places_are_dropped_beyond_the_byte_budget(target_model):
+    from codespec.engine.kvcache import PARK_MIN_TOKENS, cache_bytes
+
+    places = [[p] + [p + 1 + i % 20 for i in range(PARK_MIN_TOKENS + 5)] for p in (1, 30, 60)]
+    probe = CachedModel(target_model)
+    probe.prefill(places[0])
+    one_place = cache_bytes(probe.cache)
+    assert one_place > 0
+    # room for one parked place, not two: slots alone would keep both
+    cached = CachedModel(target_model, slots=4, parked_budget_bytes=int(1.5 * one_place))
+    for ids in places:
+        cached.prefill(ids)
+    assert [ids for ids, _ in cached.parked] == [places[1]]
+    assert cached.prefill(places[1])[1] == len(places[1]) - 1  # the recent one was kept
+    assert cached.prefill(places[0])[1] == 0  # the oldest went: computed from scratch
+
+
 def test_typing_stays_in_the_same_slot(target_model):
     cached = CachedModel(target_model, slots=3)
     cached.prefill(list(range(1, 60)))
