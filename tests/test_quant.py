@@ -285,3 +285,35 @@ def test_quantize_mode_per_device_and_source():
         quantize_mode(default, "cuda:0", "int4")
     with pytest.raises(ModelError):
         quantize_mode(default, "cpu", "int3")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "dtype"),
+    [("int4", torch.bfloat16), ("int8", torch.bfloat16), ("w8a8", torch.float32)],
+)
+def test_fused_projections_compute_what_the_separate_ones_do(kernel, dtype):
+    from codespec.quant.fusion import FusedLinear, FusedPart
+
+    dense = tiny_qwen2(seed=5, vocab=96, hidden=64)
+    weights = quantize_dense(dense.state_dict(), "int4")
+
+    def kernel_for(name, weight):
+        return kernels.KernelPlan(kernels={}, forced=kernel).kernel_for(name, weight)
+
+    separate = build_quantized(dense.config, weights, dtype, kernel_for, fuse=False)
+    fused = build_quantized(dense.config, weights, dtype, kernel_for, fuse=True)
+    layer = fused.model.layers[0]
+    assert isinstance(layer.self_attn.k_proj, FusedPart)
+    assert isinstance(layer.mlp.up_proj, FusedPart)
+    calls = []
+    for module in fused.modules():
+        if isinstance(module, FusedLinear):
+            module.layer.register_forward_hook(lambda *args: calls.append(1))
+    ids = torch.tensor([[1, 5, 9, 20, 3, 7, 1, 5]])
+    with torch.inference_mode():
+        got, want = fused(ids).logits, separate(ids).logits
+    assert len(calls) == 2 * dense.config.num_hidden_layers  # one GEMM per group and layer
+    if kernel == "w8a8":  # integer sums per output column: the same bits
+        assert torch.equal(got, want)
+    else:
+        assert torch.allclose(got.float(), want.float(), atol=0.05)

@@ -126,9 +126,9 @@ def measure(
       (bf16 or float32) whose layers total least;
     * w8a8 everywhere, in float32 (the kernel's own input and output: no conversions).
 
-    w8a8 holds twice the memory of int4, so it must win by ``INT8_MUST_WIN_BY``. A (dtype,
-    kernel) whose one-row pass is over twice that kernel's best one-row pass in the other dtype
-    is not timed at the wider widths (float32 int4 is ~10x slower on AVX2: no need to wait)."""
+    w8a8 holds twice the memory of int4, so it must win by ``INT8_MUST_WIN_BY``. A kernel whose
+    one-row pass is over twice the best one-row pass in its dtype is not timed at the wider
+    widths (float32 int4 is ~10x slower than w8a8 on AVX2: no need to wait)."""
     t0 = time.perf_counter()
     by_proj: dict[str, list[tuple[QuantWeight, torch.Tensor | None]]] = {}
     for name in weights:
@@ -156,8 +156,8 @@ def measure(
         t1 = _time_layers(by_proj[proj], kernel, getattr(torch, dtype), (1,))
         timings.setdefault(dtype, {}).setdefault(proj, {})[kernel] = t1
     for dtype, proj, kernel in runs:
-        same_kernel = [t[proj][kernel][1] for t in timings.values() if kernel in t[proj]]
-        if timings[dtype][proj][kernel][1] <= 2 * min(same_kernel):
+        same_dtype = [t[1] for t in timings[dtype][proj].values()]
+        if timings[dtype][proj][kernel][1] <= 2 * min(same_dtype):
             timings[dtype][proj][kernel] = _time_layers(
                 by_proj[proj], kernel, getattr(torch, dtype), WIDTHS
             )

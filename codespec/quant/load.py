@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .fusion import fuse_projections
 from .layers import (
     Int4Weight,
     QuantEmbedding,
@@ -96,14 +97,19 @@ def build_quantized(
     weights: Mapping[str, QuantWeight | torch.Tensor],
     dtype: torch.dtype,
     kernel_for: KernelFor = default_kernel,
+    fuse: bool = True,
 ) -> torch.nn.Module:
-    """A causal LM for ``config`` made from ``weights``; activations and floats in ``dtype``."""
+    """A causal LM for ``config`` made from ``weights``; activations and floats in ``dtype``;
+    with ``fuse``, projections that read the same input run as one layer (``fusion.py``)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
     tied = getattr(config, "tie_word_embeddings", False)
+    fused = fuse_projections(model, weights, kernel_for, dtype) if fuse else set()
     for name, module in list(model.named_modules()):
+        if name in fused:
+            continue
         if isinstance(module, torch.nn.Linear):
             key = "model.embed_tokens.weight" if tied and name == "lm_head" else f"{name}.weight"
             weight = weights[key]

@@ -1,0 +1,118 @@
+"""One GEMM for the projections that read the same input: q/k/v, and the MLP's gate/up.
+
+A one-row decode pass of the 1.5B model calls 197 small quantized linear layers, and each call
+has a fixed cost (rounding the input row, the kernel's setup, Python) on top of reading its
+weights. Fused, it is 113 calls; on a 2-core AVX2 CPU the w8a8 linear layers of a one-row pass
+took 60 ms instead of 72.
+
+Hugging Face's modules call ``q_proj(x)``, ``k_proj(x)`` and ``v_proj(x)`` one after another on
+the same tensor (and ``gate_proj(x)``, ``up_proj(x)``). Each of those becomes a ``FusedPart``
+that asks the shared ``FusedLinear`` for its slice of the output: the first call for an input
+computes every slice, and the others read them. The model's own forward code is unchanged.
+
+Every output column of a fused layer is the same dot product as in the separate layer (the
+weights are the rows of the parts stacked, with the same per-row scales), so fusing changes
+the cost of a pass, not what a row computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from .layers import (
+    W8A8_WEIGHT_LEVELS,
+    Int4Weight,
+    Int8Weight,
+    QuantLinear,
+    QuantWeight,
+    requantize_int8,
+)
+
+FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class FusedLinear(torch.nn.Module):
+    """A linear layer whose output is the parts' outputs side by side."""
+
+    def __init__(self, layer: QuantLinear, sizes: list[int]) -> None:
+        super().__init__()
+        self.layer, self.sizes = layer, sizes
+        self._input: torch.Tensor | None = None  # held, so its identity cannot be reused
+        self._outputs: tuple[torch.Tensor, ...] = ()
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        if x is not self._input:
+            self._outputs = self.layer(x).split(self.sizes, dim=-1)
+            self._input = x
+        out = self._outputs[index]
+        if index == len(self.sizes) - 1:  # the last part was read: hold nothing between passes
+            self._input, self._outputs = None, ()
+        return out
+
+
+class FusedPart(torch.nn.Module):
+    """What stands where one of the fused projections was."""
+
+    def __init__(self, fused: FusedLinear, index: int) -> None:
+        super().__init__()
+        self.fused, self.index = fused, index
+        self.out_features = fused.sizes[index]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fused.part(x, self.index)
+
+
+def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
+    """The parts' weights as one (rows stacked), in a form ``kernel`` takes; None if there is
+    none (int4 parts stored in different forms)."""
+    if kernel in ("int8", "w8a8"):
+        # per-row scales: requantizing the parts one by one gives the rows of the whole
+        levels = W8A8_WEIGHT_LEVELS if kernel == "w8a8" else 127
+        parts = [
+            w if isinstance(w, Int8Weight) and levels == 127 else requantize_int8(w, levels)
+            for w in weights
+        ]
+        return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scale for p in parts]))
+    if all(isinstance(w, Int4Weight) for w in weights):
+        return Int4Weight(
+            torch.cat([w.q for w in weights]),
+            torch.cat([w.scale for w in weights]),
+            torch.cat([w.minimum for w in weights]),
+        )
+    return None
+
+
+def fuse_projections(
+    model: torch.nn.Module,
+    weights: Mapping[str, QuantWeight | torch.Tensor],
+    kernel_for: Callable[[str, QuantWeight], str],
+    dtype: torch.dtype,
+) -> set[str]:
+    """Replace each group of ``FUSE_GROUPS`` found in ``model`` (as ``nn.Linear``s of one
+    module, all on one kernel) by ``FusedPart``s of one layer; return the names replaced."""
+    done: set[str] = set()
+    for prefix, module in list(model.named_modules()):
+        for group in FUSE_GROUPS:
+            if not all(isinstance(getattr(module, g, None), torch.nn.Linear) for g in group):
+                continue
+            names = [f"{prefix}.{g}" if prefix else g for g in group]
+            parts = [weights[f"{n}.weight"] for n in names]
+            if any(isinstance(w, torch.Tensor) for w in parts):
+                continue
+            kernels = {kernel_for(n, w) for n, w in zip(names, parts, strict=True)}
+            has_bias = [getattr(module, g).bias is not None for g in group]
+            if len(kernels) != 1 or len(set(has_bias)) != 1:
+                continue
+            kernel = kernels.pop()
+            weight = stacked(parts, kernel)
+            if weight is None or (kernel == "int4" and weight.q.shape[0] % 16):
+                continue
+            bias = torch.cat([weights[f"{n}.bias"] for n in names]) if has_bias[0] else None
+            sizes = [w.q.shape[0] for w in parts]
+            fused = FusedLinear(QuantLinear(weight, bias, kernel, dtype), sizes)
+            for i, g in enumerate(group):
+                setattr(module, g, FusedPart(fused, i))
+            done.update(names)
+    return done
