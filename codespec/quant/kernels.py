@@ -8,8 +8,8 @@ wins depends on the layer's shape and the pass width. So the first load on a mac
 real layers of the model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for
 every (dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
 version and threads) and every later start reads it back. An 8-bit kernel holds twice the
-memory of int4, so it is chosen for a layer only where it is clearly faster
-(``INT8_MUST_WIN_BY``).
+memory of int4, so it is chosen only where it is clearly faster (``INT8_MUST_WIN_BY``): int8
+layer by layer, w8a8 for the whole model (see ``measure``).
 """
 
 from __future__ import annotations
@@ -164,8 +164,9 @@ def measure(
 
     def cost(dtype: str, proj: str, kernel: str) -> float:
         times = timings[dtype][proj][kernel]
-        # not timed wide: its one-row time for every width (it was over twice the best anyway)
-        return score(times) if len(times) == len(WIDTHS) else times[1]
+        # not timed wide (over twice its dtype's best at one row): priced as 8 one-row passes,
+        # so that it is never chosen untimed
+        return score(times) if len(times) == len(WIDTHS) else 8 * times[1]
 
     def weight_only(dtype: str, proj: str) -> tuple[str, float]:
         options = {k: cost(dtype, proj, k) for k in ("int4", "int8") if k in timings[dtype][proj]}
