@@ -87,7 +87,7 @@ def load_pair(
     models = [model for model, _, _ in loaded]
     summaries = [summary for _, summary, _ in loaded if summary]
     dtype = loaded[0][2]
-    del loaded
+    del loaded  # it holds the models too: the draft must go when the engine releases it
     target, draft = models[0], (models[1] if len(models) > 1 else None)
     if draft is not None and draft.config.vocab_size > target.config.vocab_size:
         raise ModelError("the draft's vocabulary is larger than the target's: not a pair")

@@ -89,10 +89,9 @@ def fuse_projections(
     weights: Mapping[str, QuantWeight | torch.Tensor],
     kernel_for: Callable[[str, QuantWeight], str],
     dtype: torch.dtype,
-) -> set[str]:
+) -> None:
     """Replace each group of ``FUSE_GROUPS`` found in ``model`` (as ``nn.Linear``s of one
-    module, all on one kernel) by ``FusedPart``s of one layer; return the names replaced."""
-    done: set[str] = set()
+    module, all on one kernel) by ``FusedPart``s of one layer."""
     for prefix, module in list(model.named_modules()):
         for group in FUSE_GROUPS:
             if not all(isinstance(getattr(module, g, None), torch.nn.Linear) for g in group):
@@ -114,5 +113,3 @@ def fuse_projections(
             fused = FusedLinear(QuantLinear(weight, bias, kernel, dtype), sizes)
             for i, g in enumerate(group):
                 setattr(module, g, FusedPart(fused, i))
-            done.update(names)
-    return done

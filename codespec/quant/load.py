@@ -106,10 +106,9 @@ def build_quantized(
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
     tied = getattr(config, "tie_word_embeddings", False)
-    fused = fuse_projections(model, weights, kernel_for, dtype) if fuse else set()
+    if fuse:  # the fused groups are no longer nn.Linear: the loop below passes them by
+        fuse_projections(model, weights, kernel_for, dtype)
     for name, module in list(model.named_modules()):
-        if name in fused:
-            continue
         if isinstance(module, torch.nn.Linear):
             key = "model.embed_tokens.weight" if tied and name == "lm_head" else f"{name}.weight"
             weight = weights[key]
