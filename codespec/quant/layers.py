@@ -249,11 +249,17 @@ class QuantEmbedding(torch.nn.Module):
             self.register_buffer("scale", weight.scale)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        scale = self.scale[ids]
+        scale = _rows_of(self.scale, ids)
         if hasattr(self, "q8"):
-            return (self.q8[ids].float() * scale[..., None]).to(self.dtype)
-        packed = self.q4[ids]
+            return (_rows_of(self.q8, ids).float() * scale[..., None]).to(self.dtype)
+        packed = _rows_of(self.q4, ids)
         codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).float()
         groups = codes.reshape(*ids.shape, -1, GROUP)
-        out = groups * scale[..., None] - self.minimum[ids][..., None]
+        out = groups * scale[..., None] - _rows_of(self.minimum, ids)[..., None]
         return out.flatten(-2).to(self.dtype)
+
+
+def _rows_of(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``table[ids]`` by ``index_select``: advanced indexing into a (151936, 1536) table took
+    ~0.5 ms for two ids here, ``index_select`` ~0.07 ms."""
+    return table.index_select(0, ids.reshape(-1)).reshape(*ids.shape, *table.shape[1:])
