@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import draft_verdict
 from .engine import CachedModel, Engine, SpeculationPolicy
 from .memory import return_freed_memory
 from .models import (
@@ -72,7 +73,9 @@ def load_pair(
     device = choose_device(device)
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
-    if use_draft and manifest.draft is not None:
+    verdict = draft_verdict.verdict_file(manifest, device, mode)
+    skipped = draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
+    if use_draft and manifest.draft is not None and skipped is None:
         sources.append(manifest.draft)
     folders = [
         resolve_source(src, manifest.install_hint, progress, form=prepared_form(src, mode))
@@ -103,8 +106,15 @@ def load_pair(
         policy=policy,
     )
     del models, target, draft  # the engine holds what it keeps (it may release the draft)
+    had_draft = engine.drafter is not None
     engine.calibrate()
+    if had_draft and draft_mode == "auto":
+        draft_verdict.remember(verdict, engine.draft_note.removeprefix("draft released: "))
     return_freed_memory(collect=True)  # what loading freed (a released draft among it)
+    if skipped:
+        engine.draft_note = (
+            f"draft not loaded: an earlier start measured that {skipped} (--draft on loads it)"
+        )
     notes = [n for n in ("; ".join(summaries), engine.draft_note) if n]
     return LoadedPair(
         manifest=manifest,

@@ -218,7 +218,7 @@ def load_or_measure(
         plan = measure(weights)
         saved = saved if isinstance(saved, dict) and saved.get("format") == PLAN_FORMAT else {}
         saved.update({"format": PLAN_FORMAT, fingerprint: asdict(plan)})
-        _write_atomically(cache_file, json.dumps(saved, indent=1))
+        write_atomically(cache_file, json.dumps(saved, indent=1))
     if force == "w8a8" and not w8a8_available():
         raise ValueError("w8a8 needs torch's fbgemm engine (an x86 CPU with AVX2)")
     if force in KERNELS:
@@ -229,7 +229,7 @@ def load_or_measure(
     return plan
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Best effort: a cache that cannot be written only means measuring again next time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

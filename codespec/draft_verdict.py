@@ -1,0 +1,52 @@
+"""Remember, per machine, that the draft model cannot pay, so later starts skip loading it.
+
+Calibration at load times a draft step against a target pass; where the draft's step costs
+too much of a pass (an AVX2 laptop: 0.55-0.62), it is released at once. Loading it only to
+drop it cost ~20 s and lifted the peak while loading from ~2.5 to ~4.6 GB, on every start. The
+verdict is kept beside the kernel plans, keyed like them by processor, flags, torch version
+and threads (``quant.kernels.machine_fingerprint``), and by the pair, device and quantization;
+``--draft on`` still loads the draft (and records nothing); deleting the file measures again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .models import PairManifest, cache_root
+from .quant.kernels import machine_fingerprint, write_atomically
+
+
+def verdict_file(manifest: PairManifest, device: str, mode: str) -> Path | None:
+    """Where the verdict of this pair on this device and quantization lives (None: no draft)."""
+    if manifest.draft is None:
+        return None
+    pair = (manifest.target, manifest.draft)
+    models = [f"{src.label}|{src.sha256}|{src.path}|{src.repo_id}" for src in pair]
+    key = hashlib.sha256("|".join([*models, device, mode]).encode()).hexdigest()[:16]
+    return cache_root() / "kernels" / f"draft-{key}.json"
+
+
+def cached_note(path: Path | None) -> str | None:
+    """Why the draft was released on this machine before, if it was (else None)."""
+    if path is None:
+        return None
+    try:
+        note = json.loads(path.read_text()).get(machine_fingerprint())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return note if isinstance(note, str) and note else None
+
+
+def remember(path: Path | None, note: str) -> None:
+    """Record that the draft cannot pay on this machine, and why (``note``)."""
+    if path is None or not note:
+        return
+    try:
+        saved = json.loads(path.read_text())
+        saved = saved if isinstance(saved, dict) else {}
+    except (OSError, ValueError):
+        saved = {}
+    saved[machine_fingerprint()] = note
+    write_atomically(path, json.dumps(saved, indent=1))

@@ -1,0 +1,77 @@
+"""A draft that cannot pay on this machine is not loaded again at the next start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codespec import runtime
+from codespec.engine.policy import SpeculationPolicy
+
+
+@pytest.fixture
+def pair_with_draft(tiny_manifest: Path, tmp_path: Path, monkeypatch) -> tuple[Path, list]:
+    """The tiny pair with itself as draft, a fresh cache, and a log of the models loaded."""
+    text = tiny_manifest.read_text()
+    target = text[text.index("[target]") : text.index("[dtype]")]
+    manifest = tmp_path / "pair.toml"
+    manifest.write_text(text + target.replace("[target]", "[draft]"))
+    monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
+    loaded: list[str] = []
+    real_load = runtime._load_model
+
+    def logged(src, *args):
+        loaded.append(src.label)
+        return real_load(src, *args)
+
+    monkeypatch.setattr(runtime, "_load_model", logged)
+    return manifest, loaded
+
+
+def load(manifest: Path, **kwargs) -> runtime.LoadedPair:
+    return runtime.load_pair(str(manifest), progress=lambda m: None, **kwargs)
+
+
+def test_a_released_draft_is_not_loaded_at_the_next_start(pair_with_draft, monkeypatch):
+    manifest, loaded = pair_with_draft
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: False)
+    first = load(manifest)
+    assert len(loaded) == 2 and first.engine.drafter is None
+    assert "draft released" in first.quantization
+    loaded.clear()
+    second = load(manifest)
+    assert len(loaded) == 1 and second.engine.drafter is None
+    assert "draft not loaded: an earlier start measured that a step costs" in second.quantization
+    assert second.engine.policy.draft_mode == "off"
+    loaded.clear()
+    forced = load(manifest, draft_mode="on")  # asked for: loaded whatever was measured
+    assert len(loaded) == 2 and forced.engine.drafter is not None
+
+
+def test_the_verdict_is_per_machine_and_not_taken_when_forced(pair_with_draft, monkeypatch):
+    manifest, loaded = pair_with_draft
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: False)
+    load(manifest)
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: True)
+    load(manifest, draft_mode="on")  # measured while forced: no verdict either way
+    loaded.clear()
+    assert load(manifest).engine.drafter is None and len(loaded) == 1
+    # the verdict is per machine: another fingerprint measures again, and this time it pays
+    monkeypatch.setattr(runtime.draft_verdict, "machine_fingerprint", lambda: "another")
+    loaded.clear()
+    kept = load(manifest)
+    assert len(loaded) == 2 and kept.engine.drafter is not None
+    loaded.clear()
+    assert load(manifest).engine.drafter is not None and len(loaded) == 2
+
+
+def test_a_damaged_verdict_file_means_measuring_again(pair_with_draft):
+    manifest, loaded = pair_with_draft
+    pair = load(manifest, use_draft=False)
+    path = runtime.draft_verdict.verdict_file(pair.manifest, pair.device, "auto")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[not json")
+    loaded.clear()
+    load(manifest)
+    assert len(loaded) == 2
