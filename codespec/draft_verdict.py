@@ -1,10 +1,10 @@
 """Remember, per machine, that the draft model cannot pay, so later starts skip loading it.
 
 Calibration at load times a draft step against a target pass; where the draft's step costs
-too much of a pass (an AVX2 laptop: 0.55-0.62), it is released at once. Loading it only to
-drop it cost ~20 s and lifted the peak while loading from ~2.5 to ~4.6 GB, on every start. The
-verdict is kept beside the kernel plans, keyed like them by processor, flags, torch version
-and threads (``quant.kernels.machine_fingerprint``), and by the pair, device and quantization;
+too much of a pass (a 2-core AVX2 CPU: 0.55-0.7), it is released at once. Loading it only to
+drop it cost ~10 s of every start there (49.6 against 38.7 s). The verdict is kept beside the
+kernel plans, keyed like them by processor, flags, torch version and threads
+(``quant.kernels.machine_fingerprint``), and by the pair, device and quantization.
 ``--draft on`` still loads the draft (and records nothing); deleting the file measures again.
 """
 
