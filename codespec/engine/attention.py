@@ -34,6 +34,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "codespec_rowwise"
+# The keyword ``CachedModel`` passes with each pass (transformers hands a model's extra keywords
+# on to the attention function): True for a chain of tokens (a prefill chunk or a decoded
+# chain), False for a token tree. Without it, the mask is inspected, once in every layer.
+CHAIN = "codespec_chain"
 
 
 def rowwise_attention(
@@ -54,7 +58,9 @@ def rowwise_attention(
         )
     kv_heads = key.shape[1]
     past = key.shape[2] - q
-    causal = attention_mask is None or _is_causal(attention_mask, past)
+    causal = kwargs.get(CHAIN)
+    if causal is None:
+        causal = attention_mask is None or _is_causal(attention_mask, past)
     rows = []
     for i in range(q):
         if causal:  # every row of a prefill chunk or a chain: a prefix of the cache, as a view

@@ -33,6 +33,8 @@ import time
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from .attention import CHAIN
+
 # A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
 # keystroke drops the previous completion's tokens, no more); a larger difference is another
 # place, and the current slot is parked.
@@ -156,7 +158,8 @@ class CachedModel:
         past = len(self.ids)
         q = len(tokens)
         input_ids = torch.tensor([tokens], device=self.device)
-        kwargs: dict = {}
+        # tells row-wise attention what the mask is, so that no layer inspects it
+        kwargs: dict = {CHAIN: tree_mask is None}
         if tree_mask is not None:
             assert depths is not None
             # (1, 1, q, past + q): every new token sees the whole cache and its own ancestors.

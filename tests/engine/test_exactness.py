@@ -82,6 +82,30 @@ def test_tree_branch_rows_equal_chain_rows():
     assert torch.equal(chain_rows[0], tree_rows[0])
 
 
+def test_the_cache_tells_attention_what_its_mask_is(monkeypatch):
+    """A pass through ``CachedModel`` says whether it is a chain or a tree, so no layer
+    inspects the mask (the inspection is ~30 µs a layer at decode); a call without the
+    keyword still has its mask inspected."""
+    model, ids = bf16_model(), random_ids(CONTEXT + 8, seed=2)
+    use_rowwise_attention(model)
+    inspected = []
+    real = attention._is_causal
+    monkeypatch.setattr(attention, "_is_causal", lambda *a: inspected.append(1) or real(*a))
+    cache = CachedModel(model, prefill_chunk=64)
+    cache.prefill(ids[:CONTEXT])
+    cache.forward(ids[CONTEXT : CONTEXT + 3])
+    tree = TokenTree()
+    tree.add(Candidate([11, 12], "ngram"), 16)
+    tree.add(Candidate([21, 22], "ngram"), 16)
+    mask, depths = tree.attention()
+    cache.forward([ids[CONTEXT + 3]] + tree.tokens, tree_mask=mask, depths=depths)
+    assert inspected == []
+    query, keys = torch.randn(1, 4, 2, 8), torch.randn(1, 2, 5, 8)
+    chain_mask = torch.ones(2, 5, dtype=torch.bool).tril(diagonal=3)[None, None]
+    attention.rowwise_attention(model, query, keys, keys, chain_mask)
+    assert inspected == [1]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_speculative_equals_plain_greedy_in_bf16(seed):
     """The engine's promise where rounding could break it: bf16, n-gram proposals accepted.
