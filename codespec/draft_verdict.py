@@ -14,6 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from .engine.loop import draft_cost_note
 from .models import PairManifest, cache_root
 from .quant.kernels import machine_fingerprint, write_atomically
 
@@ -33,20 +34,23 @@ def cached_note(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        note = json.loads(path.read_text()).get(machine_fingerprint())
+        ratio = json.loads(path.read_text()).get(machine_fingerprint())
     except (OSError, ValueError, AttributeError):
         return None
-    return note if isinstance(note, str) and note else None
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio > 0:
+        return None  # not a measured ratio (an older file's text, or damaged): measure again
+    return draft_cost_note(ratio)
 
 
-def remember(path: Path | None, note: str) -> None:
-    """Record that the draft cannot pay on this machine, and why (``note``)."""
-    if path is None or not note:
+def remember(path: Path | None, ratio: float | None) -> None:
+    """Record that the draft cannot pay on this machine: its step costs ``ratio`` of a target
+    pass (None: it was not released, nothing to record)."""
+    if path is None or ratio is None:
         return
     try:
         saved = json.loads(path.read_text())
         saved = saved if isinstance(saved, dict) else {}
     except (OSError, ValueError):
         saved = {}
-    saved[machine_fingerprint()] = note
+    saved[machine_fingerprint()] = round(ratio, 3)
     write_atomically(path, json.dumps(saved, indent=1))

@@ -109,7 +109,7 @@ def load_pair(
     had_draft = engine.drafter is not None
     engine.calibrate()
     if had_draft and draft_mode == "auto":
-        draft_verdict.remember(verdict, engine.draft_note.removeprefix("draft released: "))
+        draft_verdict.remember(verdict, engine.draft_step_ratio)
     return_freed_memory(collect=True)  # what loading freed (a released draft among it)
     if skipped:
         engine.draft_note = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,10 @@ def test_a_released_draft_is_not_loaded_at_the_next_start(pair_with_draft, monke
     first = load(manifest)
     assert len(loaded) == 2 and first.engine.drafter is None
     assert "draft released" in first.quantization
+    # what is kept is the measured ratio, as a number (the note is made from it)
+    path = runtime.draft_verdict.verdict_file(first.manifest, first.device, "auto")
+    ratio = json.loads(path.read_text())[runtime.draft_verdict.machine_fingerprint()]
+    assert ratio == round(first.engine.draft_step_ratio, 3) and ratio > 0
     loaded.clear()
     second = load(manifest)
     assert len(loaded) == 1 and second.engine.drafter is None
@@ -75,3 +80,10 @@ def test_a_damaged_verdict_file_means_measuring_again(pair_with_draft):
     loaded.clear()
     load(manifest)
     assert len(loaded) == 2
+    # a value that is not a measured ratio (text, as files before the ratio was kept held)
+    fingerprint = runtime.draft_verdict.machine_fingerprint()
+    for value in ("a step costs 0.61 of a target pass", True, -1, None):
+        path.write_text(json.dumps({fingerprint: value}))
+        loaded.clear()
+        load(manifest)
+        assert len(loaded) == 2, value

@@ -134,6 +134,11 @@ class _Output:
         self.stats.dropped_past_stop += dropped
 
 
+def draft_cost_note(ratio: float) -> str:
+    """Why a draft whose step costs ``ratio`` of a target pass is not worth running."""
+    return f"a step costs {ratio:.2f} of a target pass here, too much to pay even at 80% acceptance"
+
+
 class Engine:
     """A resident target model, optional draft, and the speculative decode loop."""
 
@@ -155,6 +160,7 @@ class Engine:
         self.lock = threading.Lock()  # one generation at a time owns the caches
         self.pad_single_row = True  # until calibrate() has checked that one-row passes are exact
         self.draft_note = ""  # why the draft was released, if it was
+        self.draft_step_ratio: float | None = None  # draft step / target pass, when released
         self.prefill_rate: float | None = None  # prompt tokens per second, measured at load
 
     def calibrate(self, context_len: int = 16) -> None:
@@ -185,10 +191,8 @@ class Engine:
         """Drop the draft model (its memory goes with it): on this machine its step costs too
         much of a target pass for it to pay even at a good acceptance rate."""
         ratio = self.policy.draft_step_s.value / self.policy.verify_cost(1)
-        self.draft_note = (
-            f"draft released: a step costs {ratio:.2f} of a target pass here, "
-            "too much to pay even at 80% acceptance"
-        )
+        self.draft_step_ratio = ratio
+        self.draft_note = f"draft released: {draft_cost_note(ratio)}"
         self.drafter = None
         self.policy.draft_enabled = self.policy.draft_on = False
         self.policy.draft_mode = "off"
