@@ -453,7 +453,10 @@ def load_quantized_lm(folder: Path, src: ModelSource, mode: str) -> tuple[Any, A
         weights, cache_root() / "kernels" / f"{key}.json", mode if mode != "auto" else None
     )
     config = AutoConfig.from_pretrained(str(folder))
-    return build_quantized(config, weights, plan.torch_dtype, plan.kernel_for), plan
+    model = build_quantized(
+        config, weights, plan.torch_dtype, plan.kernel_for, digits_for=plan.digits_for
+    )
+    return model, plan
 
 
 def load_tokenizer(folder: Path) -> Any:

@@ -111,10 +111,34 @@ def test_w8a8_does_not_overflow_on_large_weights_and_inputs():
     assert torch.allclose(layer(x), x @ weight.dequantize().T, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["int4", "int8", "w8a8"])
-def test_quant_linear_rows_do_not_depend_on_the_pass_width(kind):
+def test_w8a8_two_digit_inputs_lose_little_to_rounding():
+    """A heavy-tailed input (one channel 40x the rest, as ``down_proj`` sees): one 8-bit digit
+    rounds the small values coarsely; two digits are the float product to ~1e-4."""
+    weight = quantize_int4(torch.randn(96, 64))
+    x = torch.randn(5, 64)
+    x[:, 3] *= 40
+    x[1] *= 1e-3  # each row has its own scale, in both digits
+    exact = x @ quantize_int8(weight.dequantize(), levels=63).dequantize().T
+
+    def error(digits: int) -> float:
+        got = QuantLinear(weight, None, "w8a8", torch.float32, digits)(x)
+        return ((got - exact).norm(dim=1) / exact.norm(dim=1)).max().item()
+
+    assert error(1) > 0.005
+    assert error(2) < 1e-3 and error(2) < error(1) / 50
+
+
+def test_only_w8a8_takes_its_input_in_digits():
+    with pytest.raises(ValueError):
+        QuantLinear(quantize_int4(torch.randn(96, 64)), None, "int4", torch.bfloat16, digits=2)
+    with pytest.raises(ValueError):
+        QuantLinear(quantize_int4(torch.randn(96, 64)), None, "w8a8", torch.float32, digits=3)
+
+
+@pytest.mark.parametrize(("kind", "digits"), [("int4", 1), ("int8", 1), ("w8a8", 1), ("w8a8", 2)])
+def test_quant_linear_rows_do_not_depend_on_the_pass_width(kind, digits):
     dtype = torch.float32 if kind == "w8a8" else torch.bfloat16
-    layer = QuantLinear(quantize_int4(torch.randn(96, 64)), None, kind, dtype)
+    layer = QuantLinear(quantize_int4(torch.randn(96, 64)), None, kind, dtype, digits)
     x = torch.randn(8, 64, dtype=dtype)
     x[3] *= 50
     alone = torch.cat([layer(x[i : i + 1]) for i in range(8)])
@@ -184,8 +208,18 @@ def test_speculative_equals_plain_on_a_quantized_bf16_model(prompt):
 def test_speculative_equals_plain_with_int8_activations(prompt):
     dense = tiny_qwen2(seed=4, vocab=96, hidden=64)
     weights = quantize_dense(dense.state_dict())
-    model = build_quantized(dense.config, weights, torch.float32, lambda name, w: "w8a8")
-    assert {m.kind for m in model.modules() if isinstance(m, QuantLinear)} == {"w8a8"}
+    plan = kernels.KernelPlan(dtype="float32", forced="w8a8")
+    model = build_quantized(
+        dense.config, weights, torch.float32, plan.kernel_for, digits_for=plan.digits_for
+    )
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantLinear)}
+    assert {m.kind for m in layers.values()} == {"w8a8"}
+    # the MLP's output projection and the LM head take two digits, the fused groups one
+    assert {n.rpartition(".")[2] for n, m in layers.items() if m.digits == 2} == {
+        "down_proj",
+        "lm_head",
+    }
+    assert layers["model.layers.0.mlp.gate_proj.fused.layer"].digits == 1
     engine = Engine(
         CachedModel(model, prefill_chunk=8),
         policy=SpeculationPolicy(draft_mode="off"),
@@ -251,7 +285,11 @@ def test_w8a8_is_chosen_only_when_it_wins_by_enough_for_its_memory(monkeypatch, 
         ("float32", "w8a8"): w8a8_ms,
     }
 
-    def fake_time(layers, kind, dtype, widths):
+    timed_with_two_digits = set()
+
+    def fake_time(layers, kind, dtype, widths, digits=1):
+        if digits == 2:
+            timed_with_two_digits.add((kind, layers[0][0].q.shape))
         return {w: per_kernel[(str(dtype).removeprefix("torch."), kind)] for w in widths}
 
     monkeypatch.setattr(kernels, "_time_layers", fake_time)
@@ -262,6 +300,9 @@ def test_w8a8_is_chosen_only_when_it_wins_by_enough_for_its_memory(monkeypatch, 
     # float32 int4 (8x its bf16 one-row time) was not timed wider; w8a8 was
     assert plan.timings_ms["float32"]["q_proj"]["int4"].keys() == {1}
     assert plan.timings_ms["float32"]["q_proj"]["w8a8"].keys() == {1, 2, 4, 8}
+    # w8a8 is timed as it would run: down_proj and the LM head with two-digit inputs
+    shapes = {weights[f"{n}.weight"].q.shape for n in ("model.layers.0.mlp.down_proj", "lm_head")}
+    assert timed_with_two_digits == {("w8a8", shape) for shape in shapes}
 
 
 def test_a_damaged_plan_file_is_measured_again(tmp_path):

@@ -30,6 +30,17 @@ Two stored forms, both plain tensors (safetensors, never pickle):
   Because the sum is exact integer arithmetic and the rounding uses only the row itself, a
   row's result is the same bits in a pass of any width.
 
+  Inputs with heavy tails lose most to that rounding (the MLP's ``down_proj`` sees rows whose
+  largest value is 20-45x their root mean square). Such a layer can take its input in two 8-bit
+  digits: the row rounded as above, and what the rounding left, scaled by 254 and rounded again::
+
+      x_row / step = hi + lo / 254      hi, lo in -127..127   (error ~1/254 of one digit's)
+      y_row = step * ((hi . q) + (lo . q) / 254) * scale
+
+  Both digits go through the kernel as rows of one call, so a one-row pass reads the weights
+  once: while a pass is bound by memory bandwidth the second digit costs little; where it is
+  bound by arithmetic (prefill) the layer costs twice as much.
+
 ``QuantEmbedding`` gathers rows of int4/int8 tables and dequantizes just those. Every kernel
 computes each output row from its own input row only, so a position's result does not depend
 on how many rows its pass had (checked at load, see ``kernels.py``): that is what keeps
@@ -160,18 +171,32 @@ def prepack_w8a8(weight: Int8Weight):
         return torch.ops.quantized.linear_prepack(qweight, None)
 
 
-def w8a8_matmul(x: torch.Tensor, packed) -> torch.Tensor:
+# the second digit of a two-digit input: what rounding to the first left, times this
+DIGIT_BASE = 2 * ACTIVATION_LEVELS
+
+
+def w8a8_matmul(x: torch.Tensor, packed, digits: int = 1) -> torch.Tensor:
     """``x W^T`` for a prepacked int8 W, with each row of ``x`` rounded to 8 bits on its own
-    scale; float32 out. The op rounds ``x / step`` with a fixed scale 1 and zero point 128,
-    sums in int32, and multiplies by W's row scales; the row's ``step`` is applied after."""
+    scale (``digits=2``: to two 8-bit digits); float32 out. The op rounds ``x / step`` with a
+    fixed scale 1 and zero point 128, sums in int32, and multiplies by W's row scales; the
+    row's ``step`` is applied after."""
     x = x.float()
     # max|x_row| in one op: a decode pass makes 113 of these calls, and every op costs a few µs
     step = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
     step = step.clamp_(min=1e-30).div_(ACTIVATION_LEVELS)
+    scaled = x / step
+    if digits == 1:
+        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            scaled, 1.0, ACTIVATION_ZERO, packed
+        )
+        return y.mul_(step)
+    hi = torch.round(scaled)  # whole numbers: the op's own rounding leaves them as they are
+    lo = (scaled - hi).mul_(DIGIT_BASE)  # in -127..127; the op rounds it
     y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
-        x / step, 1.0, ACTIVATION_ZERO, packed
+        torch.cat([hi, lo]), 1.0, ACTIVATION_ZERO, packed
     )
-    return y.mul_(step)
+    y_hi, y_lo = y.split(x.shape[0])
+    return y_lo.div_(DIGIT_BASE).add_(y_hi).mul_(step)
 
 
 @functools.cache
@@ -186,15 +211,24 @@ def w8a8_available() -> bool:
 
 class QuantLinear(torch.nn.Module):
     """``y = x W^T + b`` with W int4 (group 32) or int8 (per row); activations in ``dtype``
-    (``w8a8`` rounds them to 8 bits inside the layer, see the module's docstring)."""
+    (``w8a8`` rounds them to ``digits`` 8-bit digits inside the layer, see the module's
+    docstring)."""
 
     def __init__(
-        self, weight: QuantWeight, bias: torch.Tensor | None, kind: str, dtype: torch.dtype
+        self,
+        weight: QuantWeight,
+        bias: torch.Tensor | None,
+        kind: str,
+        dtype: torch.dtype,
+        digits: int = 1,
     ) -> None:
         super().__init__()
         n, k = weight.q.shape
         self.in_features, self.out_features = k, n
         self.kind, self.dtype = kind, dtype
+        if digits not in (1, 2) or (digits == 2 and kind != "w8a8"):
+            raise ValueError(f"{kind} takes float inputs: no digits to choose ({digits})")
+        self.digits = digits  # w8a8: the input in one 8-bit digit or two
         if kind == "int4":
             if not isinstance(weight, Int4Weight) or not int4_fits(n, k):
                 raise ValueError(f"int4 kernel needs an int4 weight of fitting shape ({n}x{k})")
@@ -225,12 +259,13 @@ class QuantLinear(torch.nn.Module):
         elif self.kind == "int8":
             y = torch.ops.aten._weight_int8pack_mm(x2, self.q8, self.scale)
         else:
-            y = w8a8_matmul(x2, self.packed_w8a8).to(self.dtype)
+            y = w8a8_matmul(x2, self.packed_w8a8, self.digits).to(self.dtype)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}->{self.out_features}, {self.kind}, {self.dtype}"
+        digits = ", input in two 8-bit digits" if self.digits == 2 else ""
+        return f"{self.in_features}->{self.out_features}, {self.kind}, {self.dtype}{digits}"
 
 
 class QuantEmbedding(torch.nn.Module):

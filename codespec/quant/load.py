@@ -98,9 +98,12 @@ def build_quantized(
     dtype: torch.dtype,
     kernel_for: KernelFor = default_kernel,
     fuse: bool = True,
+    digits_for: Callable[[str, QuantWeight], int] | None = None,
 ) -> torch.nn.Module:
     """A causal LM for ``config`` made from ``weights``; activations and floats in ``dtype``;
-    with ``fuse``, projections that read the same input run as one layer (``fusion.py``)."""
+    with ``fuse``, projections that read the same input run as one layer (``fusion.py``);
+    ``digits_for`` says which w8a8 layers take their input in two 8-bit digits (``layers.py``;
+    fused groups take one)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -114,7 +117,10 @@ def build_quantized(
             weight = weights[key]
             bias = weights.get(f"{name}.bias") if module.bias is not None else None
             assert not isinstance(weight, torch.Tensor), f"{key} is not quantized"
-            new: torch.nn.Module = QuantLinear(weight, bias, kernel_for(name, weight), dtype)
+            digits = digits_for(name, weight) if digits_for else 1
+            new: torch.nn.Module = QuantLinear(
+                weight, bias, kernel_for(name, weight), dtype, digits
+            )
         elif isinstance(module, torch.nn.Embedding):
             weight = weights[f"{name}.weight"]
             assert not isinstance(weight, torch.Tensor), f"{name}.weight is not quantized"
