@@ -88,3 +88,15 @@ def build_tiny_pair(folder: Path) -> Path:
         f'file_sep = "{tokens.file_sep}"\nstop = [{stop}]\n'
     )
     return manifest
+
+
+class TrueAfter:
+    """An interrupt check that answers False ``calls`` times, then True."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked > self.calls

@@ -10,6 +10,11 @@ operations:
 * ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
   (the accepted path of a token tree), dropping the rest.
 
+A pass given an ``interrupt`` check stops between two decoder layers once it returns true
+(``Cancelled``); the layers that had run already hold the new positions, so they are cut back
+and the cache is as before the pass. Warm-ups use it: a long prefill chunk for a place nobody
+asked about yet gives way to a real request within one layer.
+
 It holds several caches (*slots*): one per place recently completed or warmed. A prompt that
 shares only part of what the current cache holds (a jump to another place, another document)
 leaves that cache whole, parked, and continues on a copy of the shared part; a later prompt
@@ -26,9 +31,11 @@ forked cache copies the part it shares.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -78,6 +85,7 @@ class CachedModel:
         self.parked: list[tuple[list[int], object]] = []  # other slots, most recent first
         self.parked_budget_bytes = parked_budget_bytes
         self.forward_calls = 0
+        self.decoder_layers = _decoder_layers(model)  # where an interrupted pass can stop
 
     # -- cache surgery ----------------------------------------------------------------------
 
@@ -88,12 +96,7 @@ class CachedModel:
         """Keep the first ``n`` cached positions."""
         if n >= len(self.ids):
             return
-        if n == 0:
-            self.reset()
-            return
-        for layer in self._layers():
-            layer.keys = layer.keys[..., :n, :]
-            layer.values = layer.values[..., :n, :]
+        self._cut(n)
         self.ids = self.ids[:n]
 
     def keep(self, n: int, extra: list[int]) -> None:
@@ -106,6 +109,16 @@ class CachedModel:
             layer.keys = layer.keys.index_select(-2, index)  # (1, heads, kept, head_dim)
             layer.values = layer.values.index_select(-2, index)
         self.ids = self.ids[:n] + [self.ids[i] for i in extra]
+
+    def _cut(self, n: int) -> None:
+        """Cut every layer of the current slot to its first ``n`` positions (the parked slots
+        stay as they are)."""
+        if n == 0:
+            self.cache = self._new_cache()
+            return
+        for layer in self._layers():
+            layer.keys = layer.keys[..., :n, :]
+            layer.values = layer.values[..., :n, :]
 
     def reset(self) -> None:
         """Forget everything cached, in every slot."""
@@ -148,12 +161,15 @@ class CachedModel:
         tree_mask: torch.Tensor | None = None,
         depths: list[int] | None = None,
         all_logits: bool = True,
+        interrupt: Callable[[], bool] | None = None,
     ) -> torch.Tensor:
         """Append ``tokens`` and return float32 logits, (len(tokens), V) or (1, V).
 
         ``tree_mask`` (q, q) says which of the new tokens each new token may attend to (a token
         tree); ``depths`` gives each token's distance from the cached end (its position offset).
-        Without them the tokens form a plain causal chain.
+        Without them the tokens form a plain causal chain. ``interrupt`` is asked before each
+        decoder layer: once it returns true the pass stops, leaves the cache as it was, and
+        raises ``Cancelled``.
         """
         past = len(self.ids)
         q = len(tokens)
@@ -167,26 +183,36 @@ class CachedModel:
             seen[:, past:] = tree_mask.to(self.device)
             kwargs["attention_mask"] = seen[None, None]
             kwargs["position_ids"] = torch.tensor([[past + d for d in depths]], device=self.device)
-        out = self.model(
-            input_ids=input_ids,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=0 if all_logits else 1,
-            **kwargs,
-        )
+        try:
+            with _asked_between_layers(self.decoder_layers, interrupt):
+                out = self.model(
+                    input_ids=input_ids,
+                    cache=self.cache,
+                    use_cache=True,
+                    logits_to_keep=0 if all_logits else 1,
+                    **kwargs,
+                )
+        except Cancelled:  # the layers that ran hold the new positions, the others never got them
+            self._cut(past)
+            raise
         self.cache = out.cache
         self.ids.extend(tokens)
         self.forward_calls += 1
         return out.logits[0].float()
 
     def prefill(
-        self, ids: list[int], cancel: threading.Event | None = None, chunk: int | None = None
+        self,
+        ids: list[int],
+        cancel: threading.Event | None = None,
+        chunk: int | None = None,
+        interrupt: Callable[[], bool] | None = None,
     ) -> tuple[torch.Tensor, int, int]:
         """Make the cache hold ``ids``; return (logits after the last id, reused, computed).
 
         The longest common prefix with the cached ids is kept; at least the last id is always
         recomputed, because its logits are what the caller needs. Long tails go in chunks, with
-        a cancellation check between chunks (what was computed stays cached for next time).
+        a cancellation check between chunks (what was computed stays cached for next time) and,
+        given ``interrupt``, between the layers of a chunk (that chunk is then dropped).
         """
         if not ids:
             raise ValueError("cannot prefill an empty prompt")
@@ -198,9 +224,39 @@ class CachedModel:
         for start in range(reuse, len(ids), step):
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            logits = self.forward(ids[start : start + step], all_logits=False)
+            logits = self.forward(ids[start : start + step], all_logits=False, interrupt=interrupt)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's stack of decoder layers (the ``ModuleList`` of ``num_hidden_layers``)."""
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return list(module)
+    return []
+
+
+@contextlib.contextmanager
+def _asked_between_layers(
+    layers: list[torch.nn.Module], interrupt: Callable[[], bool] | None
+) -> Iterator[None]:
+    """While inside: before each of ``layers`` runs, raise ``Cancelled`` if ``interrupt()``."""
+    if interrupt is None:
+        yield
+        return
+
+    def ask(module: torch.nn.Module, args: tuple) -> None:
+        if interrupt():
+            raise Cancelled()
+
+    handles = [layer.register_forward_pre_hook(ask) for layer in layers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 class GrowingLayer(DynamicLayer):

@@ -197,10 +197,17 @@ class Engine:
         self.policy.draft_enabled = self.policy.draft_on = False
         self.policy.draft_mode = "off"
 
-    def warm(self, prompt: list[int], cancel: threading.Event, chunk_s: float = 0.25) -> int:
+    def warm(
+        self,
+        prompt: list[int],
+        cancel: threading.Event,
+        chunk_s: float = PREFILL_CHUNK_S,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> int:
         """Prefill ``prompt`` (all but its last token: a request recomputes that one anyway)
-        ahead of a request, in chunks of about ``chunk_s`` seconds, stopping between chunks as
-        soon as ``cancel`` is set; what was computed stays cached. Returns tokens computed."""
+        ahead of a request, in chunks of about ``chunk_s`` seconds. It stops between chunks as
+        soon as ``cancel`` is set (what was computed stays cached), and between the layers of a
+        chunk once ``interrupt()`` is true (that chunk is dropped). Returns tokens computed."""
         if len(prompt) < 2:
             return 0
         ids = prompt[:-1]
@@ -208,10 +215,10 @@ class Engine:
         with self.lock:
             start = min(common_prefix_len(self.target.ids, ids), len(ids) - 1)  # kept by prefill
             try:
-                self.target.prefill(ids, cancel, chunk=chunk)
+                self.target.prefill(ids, cancel, chunk=chunk, interrupt=interrupt)
             except Cancelled:
                 pass
-            return len(self.target.ids) - start
+            return max(0, len(self.target.ids) - start)
 
     def generate(
         self,

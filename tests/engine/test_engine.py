@@ -8,7 +8,7 @@ import threading
 
 import pytest
 import torch
-from helpers import naive_greedy, tiny_qwen2
+from helpers import TrueAfter, naive_greedy, tiny_qwen2
 
 from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
 from codespec.engine.policy import SpeculationPolicy
@@ -203,3 +203,15 @@ def test_warm_stops_between_chunks_and_keeps_what_it_computed(target_model):
     generation = engine.generate(prompt, GenerationParams(max_tokens=10))
     assert generation.run() == naive_greedy(target_model, prompt, 10)
     assert generation.stats.cached_tokens == 16
+
+
+def test_warm_interrupted_inside_a_chunk_drops_that_chunk_only(target_model):
+    engine = make_engine(target_model)
+    engine.prefill_rate = 32.0  # a 0.25 s chunk holds 8 tokens
+    prompt = PROMPTS[2] * 4  # 44 tokens
+    interrupt = TrueAfter(3)  # both layers of the first chunk, one of the second
+    computed = engine.warm(prompt, threading.Event(), chunk_s=0.25, interrupt=interrupt)
+    assert computed == 8 and engine.target.ids == prompt[:8]
+    generation = engine.generate(prompt, GenerationParams(max_tokens=10))
+    assert generation.run() == naive_greedy(target_model, prompt, 10)
+    assert generation.stats.cached_tokens == 8

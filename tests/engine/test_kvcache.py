@@ -4,6 +4,7 @@ import threading
 
 import pytest
 import torch
+from helpers import TrueAfter
 
 from codespec.engine import CachedModel, Cancelled
 from codespec.engine.kvcache import common_prefix_len
@@ -42,6 +43,39 @@ def test_prefill_cancels_between_chunks(target_model):
     cancel.set()
     with pytest.raises(Cancelled):
         cached.prefill(list(range(1, 20)), cancel)
+
+
+def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_model):
+    cached = CachedModel(target_model)
+    assert len(cached.decoder_layers) == 2
+    cached.prefill([1, 2, 3, 4, 5])
+    interrupt = TrueAfter(1)  # layer 0 runs, layer 1 does not
+    with pytest.raises(Cancelled):
+        cached.forward([6, 7, 8], interrupt=interrupt)
+    assert interrupt.asked == 2
+    assert cached.ids == [1, 2, 3, 4, 5]
+    assert [layer.keys.shape[-2] for layer in cached._layers()] == [5, 5]
+    assert not any(layer._forward_pre_hooks for layer in cached.decoder_layers)  # unhooked
+    logits = cached.forward([6, 7, 8])
+    cold = CachedModel(target_model).forward(list(range(1, 9)))
+    torch.testing.assert_close(logits, cold[-3:], atol=1e-4, rtol=1e-4)
+
+
+def test_an_interrupted_prefill_of_a_new_place_keeps_the_parked_ones(target_model):
+    from codespec.engine.kvcache import PARK_MIN_TOKENS
+
+    cached = CachedModel(target_model, prefill_chunk=16)
+    place_a = [1 + i % 60 for i in range(PARK_MIN_TOKENS + 20)]
+    place_b = [70 + i % 20 for i in range(40)]
+    cached.prefill(place_a)
+    with pytest.raises(Cancelled):  # nothing shared: place a is parked, b starts from nothing
+        cached.prefill(place_b, interrupt=TrueAfter(3))  # stops inside b's second chunk
+    assert cached.ids == place_b[:16]
+    with pytest.raises(Cancelled):
+        cached.prefill([90] + place_b, interrupt=TrueAfter(1))  # stops inside the first pass
+    assert cached.ids == []
+    _, reused, computed = cached.prefill(place_a)
+    assert (reused, computed) == (len(place_a) - 1, 1)  # the parked place survived both
 
 
 def test_a_jump_parks_the_old_place_and_a_return_reuses_it(target_model):

@@ -1,0 +1,108 @@
+"""A warm-up gives way to a request: between two decoder layers when the request is elsewhere,
+at the end of the running prefill chunk when the request is at the warmed place (that chunk is
+the request's own prefill).
+
+A real worker and engine on the tiny pair; every decoder layer of the target is slowed down, so
+that a warm-up's prefill chunk is long enough to be caught in the middle.
+"""
+
+import time
+
+import pytest
+
+from codespec.completion import CompletionOptions
+from codespec.languages import language_for
+from codespec.runtime import load_pair
+from codespec.server.worker import Job, WarmJob, Worker
+from codespec.stops import Cursor, Mode
+
+LAYER_S = 0.1  # added before each decoder layer
+BODY = "".join(f"def f{i}(x):\n    return x * {i} + len(str(x))\n\n" for i in range(40))
+OPTIONS = CompletionOptions(max_tokens=3, mode=Mode.LINE, speculate=False)
+
+
+@pytest.fixture(scope="module")
+def slow_pair(tiny_manifest):
+    """The tiny pair, each target layer slowed; and the row counts of the layers that ran."""
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
+    pair.engine.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
+    ran: list[int] = []
+
+    def slow(module, args, kwargs):
+        time.sleep(LAYER_S)
+
+    def record(module, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        ran.append(hidden.shape[1])
+
+    layers = pair.engine.target.decoder_layers
+    handles = [layer.register_forward_pre_hook(slow, with_kwargs=True) for layer in layers]
+    handles += [layer.register_forward_hook(record, with_kwargs=True) for layer in layers]
+    yield pair, ran
+    for handle in handles:
+        handle.remove()
+
+
+@pytest.fixture
+def worker(slow_pair):
+    pair, _ = slow_pair
+    pair.engine.target.reset()
+    worker = Worker(lambda: pair)
+    yield worker
+    worker.stop()
+
+
+def place(uri: str, text: str, line: int) -> dict:
+    lines = text.splitlines(keepends=True)
+    prefix = "".join(lines[:line])
+    cursor = Cursor(prefix, text[len(prefix) :], language_for("python"))
+    return dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:])
+
+
+def first_chunk_rows(ran: list[int], timeout: float = 30.0) -> int:
+    """Wait until the warm-up's first layer has run; the rows of its chunk."""
+    deadline = time.monotonic() + timeout
+    while not ran:
+        assert time.monotonic() < deadline, "the warm-up never ran"
+        time.sleep(0.01)
+    return ran[0]
+
+
+def test_a_request_elsewhere_stops_the_warm_up_between_layers(slow_pair, worker):
+    _, ran = slow_pair
+    ran.clear()
+    worker.warm(WarmJob(**place("file:///a.py", BODY, 60)))
+    rows = first_chunk_rows(ran)
+    assert rows > 300  # the warm-up's prompt, in one chunk
+    job = Job(**place("file:///b.py", "import os\n\n\ndef main():\n    \n", 4))
+    assert worker.submit(job).result(timeout=60) is not None
+    assert ran.count(rows) == 1  # layer 0 of the chunk ran; layer 1 never did
+    assert ran[1] < rows  # the next layer to run was the request's
+    assert worker.stats.warm_preempted == 1 and worker.stats.warm_tokens == 0
+
+
+def test_a_request_at_the_warmed_place_lets_the_chunk_finish_and_reuses_it(slow_pair, worker):
+    _, ran = slow_pair
+    ran.clear()
+    worker.warm(WarmJob(**place("file:///c.py", BODY, 60)))
+    rows = first_chunk_rows(ran)
+    job = Job(**place("file:///c.py", BODY, 60))
+    assert worker.submit(job).result(timeout=60) is not None
+    assert ran[:2] == [rows, rows]  # both layers of the warm-up's chunk ran
+    assert worker.stats.warm_tokens == rows
+    assert worker.stats.last_prompt["prefill_tokens"] <= 2
+    assert worker.stats.last_prompt["cached_tokens"] >= rows
+
+
+def test_closing_the_document_stops_its_warm_up_between_layers(slow_pair, worker):
+    _, ran = slow_pair
+    ran.clear()
+    worker.warm(WarmJob(**place("file:///d.py", BODY, 60)))
+    rows = first_chunk_rows(ran)
+    worker.forget_document(1, "file:///d.py")
+    worker.warm(WarmJob(**place("file:///e.py", "x = 1\n", 1)))  # runs once d's has stopped
+    deadline = time.monotonic() + 30
+    while worker.stats.warmed < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.stats.warmed == 2
+    assert ran.count(rows) == 1
