@@ -129,10 +129,29 @@ def test_w8a8_two_digit_inputs_lose_little_to_rounding():
 
 
 def test_only_w8a8_takes_its_input_in_digits():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="int4 takes float inputs"):
         QuantLinear(quantize_int4(torch.randn(96, 64)), None, "int4", torch.bfloat16, digits=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one or two 8-bit digits, not 3"):
         QuantLinear(quantize_int4(torch.randn(96, 64)), None, "w8a8", torch.float32, digits=3)
+
+
+@pytest.mark.parametrize(
+    ("forced", "kernels_by_proj", "two"),
+    [
+        ("", {"down_proj": "w8a8", "lm_head": "w8a8", "q_proj": "w8a8"}, "down_proj/lm_head"),
+        ("", {"down_proj": "int4", "lm_head": "w8a8"}, "lm_head"),
+        ("w8a8", {}, "down_proj/lm_head"),
+        ("int8", {"down_proj": "w8a8"}, None),  # the forced kernel runs every layer
+        ("", {"down_proj": "int4", "lm_head": "int8"}, None),
+    ],
+)
+def test_the_plan_summary_names_the_two_digit_inputs_it_runs(forced, kernels_by_proj, two):
+    plan = kernels.KernelPlan("float32", kernels_by_proj, reason="why", forced=forced)
+    summary = plan.summary()
+    if two is None:
+        assert "digits" not in summary
+    else:
+        assert f", {two} inputs in two 8-bit digits (why)" in summary
 
 
 @pytest.mark.parametrize(("kind", "digits"), [("int4", 1), ("int8", 1), ("w8a8", 1), ("w8a8", 2)])
@@ -287,8 +306,8 @@ def test_w8a8_is_chosen_only_when_it_wins_by_enough_for_its_memory(monkeypatch, 
 
     timed_with_two_digits = set()
 
-    def fake_time(layers, kind, dtype, widths, digits=1):
-        if digits == 2:
+    def fake_time(layers, proj, kind, dtype, widths):
+        if kernels.input_digits(kind, proj) == 2:
             timed_with_two_digits.add((kind, layers[0][0].q.shape))
         return {w: per_kernel[(str(dtype).removeprefix("torch."), kind)] for w in widths}
 

@@ -82,12 +82,17 @@ class KernelPlan:
 
     def summary(self) -> str:
         kinds = [self.forced] if self.forced else sorted(set(self.kernels.values())) or ["int8"]
-        two = [p for p in TWO_DIGIT_PROJECTIONS if "w8a8" in (self.forced, self.kernels.get(p))]
+        two = [
+            p
+            for p in TWO_DIGIT_PROJECTIONS
+            if input_digits(self.forced or self.kernels.get(p, ""), p) == 2
+        ]
         digits = f", {'/'.join(two)} inputs in two 8-bit digits" if two else ""
         return f"{self.dtype} activations, {'/'.join(kinds)} weights{digits} ({self.reason})"
 
 
 def input_digits(kernel: str, proj: str) -> int:
+    """How many 8-bit digits ``kernel`` gives the input of projection ``proj``."""
     return 2 if kernel == "w8a8" and proj in TWO_DIGIT_PROJECTIONS else 1
 
 
@@ -119,11 +124,13 @@ def _median_ms(run, repeats: int = 5) -> float:
 
 def _time_layers(
     layers: list[tuple[QuantWeight, torch.Tensor | None]],
+    proj: str,
     kind: str,
     dtype: torch.dtype,
     widths,
-    digits: int = 1,
 ) -> dict[int, float]:
+    """Median ms of one pass through ``layers`` (all of projection ``proj``) per width."""
+    digits = input_digits(kind, proj)
     modules = [QuantLinear(w, b, kind, dtype, digits) for w, b in layers]
     k = modules[0].in_features
     out = {}
@@ -174,14 +181,13 @@ def measure(
             runs += [(dtype, proj, kernel) for kernel in kernels]
     timings: dict = {}
     for dtype, proj, kernel in runs:
-        digits = input_digits(kernel, proj)
-        t1 = _time_layers(by_proj[proj], kernel, getattr(torch, dtype), (1,), digits)
+        t1 = _time_layers(by_proj[proj], proj, kernel, getattr(torch, dtype), (1,))
         timings.setdefault(dtype, {}).setdefault(proj, {})[kernel] = t1
     for dtype, proj, kernel in runs:
         same_dtype = [t[1] for t in timings[dtype][proj].values()]
         if timings[dtype][proj][kernel][1] <= 2 * min(same_dtype):
             timings[dtype][proj][kernel] = _time_layers(
-                by_proj[proj], kernel, getattr(torch, dtype), WIDTHS, input_digits(kernel, proj)
+                by_proj[proj], proj, kernel, getattr(torch, dtype), WIDTHS
             )
 
     def cost(dtype: str, proj: str, kernel: str) -> float:

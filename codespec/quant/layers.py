@@ -226,7 +226,9 @@ class QuantLinear(torch.nn.Module):
         n, k = weight.q.shape
         self.in_features, self.out_features = k, n
         self.kind, self.dtype = kind, dtype
-        if digits not in (1, 2) or (digits == 2 and kind != "w8a8"):
+        if digits not in (1, 2):
+            raise ValueError(f"an input takes one or two 8-bit digits, not {digits}")
+        if digits == 2 and kind != "w8a8":
             raise ValueError(f"{kind} takes float inputs: no digits to choose ({digits})")
         self.digits = digits  # w8a8: the input in one 8-bit digit or two
         if kind == "int4":
