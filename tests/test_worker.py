@@ -52,11 +52,12 @@ def worker(slow_pair):
     worker.stop()
 
 
-def place(uri: str, text: str, line: int) -> dict:
+def place(uri: str, text: str, line: int, typed: str = "", **more) -> dict:
+    """The fields of a job at the start of ``line`` of ``text``, after typing ``typed`` there."""
     lines = text.splitlines(keepends=True)
     prefix = "".join(lines[:line])
-    cursor = Cursor(prefix, text[len(prefix) :], language_for("python"))
-    return dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:])
+    cursor = Cursor(prefix + typed, text[len(prefix) :], language_for("python"))
+    return dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:], **more)
 
 
 def first_chunk_rows(ran: list[int], timeout: float = 30.0) -> int:
@@ -106,3 +107,20 @@ def test_closing_the_document_stops_its_warm_up_between_layers(slow_pair, worker
         time.sleep(0.05)
     assert worker.stats.warmed == 2
     assert ran.count(rows) == 1
+
+
+def test_a_warm_up_where_the_user_types_extends_the_typing_prompt(slow_pair, worker):
+    """Typing at a completed place appends to its anchored prompt (``prompt.Anchor``); a
+    warm-up there prefills that prompt, not a fresh one that would re-anchor the place."""
+    anchors: dict = {}
+    job = Job(**place("file:///f.py", BODY, 60, anchors=anchors))
+    assert worker.submit(job).result(timeout=60) is not None
+    anchor = anchors["file:///f.py"]
+    before = worker.stats.warm_tokens
+    worker.warm(WarmJob(**place("file:///f.py", BODY, 60, typed="de", anchors=anchors)))
+    deadline = time.monotonic() + 30
+    while worker.stats.warmed < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.stats.warmed == 1
+    assert worker.stats.warm_tokens - before <= 2  # the typed tokens, no more
+    assert anchors["file:///f.py"] is anchor

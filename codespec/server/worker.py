@@ -372,7 +372,11 @@ class Worker:
         if job.cancel.is_set() or (current is not None and current > job.version):
             return
         pair = self.get_pair()
-        prompt, anchor = prompt_at(pair, job.cursor, job.options, job.path, job.extra_files)
+        # the prompt a request here would use: typing at an anchored cursor extends its prompt
+        anchored = job.anchors.get(job.uri) if job.anchors is not None else None
+        prompt, anchor = prompt_at(
+            pair, job.cursor, job.options, job.path, job.extra_files, anchor=anchored
+        )
         computed = pair.engine.warm(prompt, job.cancel, WARM_CHUNK_S, job.interrupt.is_set)
         if job.anchors is not None:
             job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
