@@ -3,8 +3,8 @@
 glibc keeps freed heap pages for reuse, and the resident size of a long-lived daemon grows with
 every large prompt's temporaries (KV caches of places it left, prefill activations) until
 something trims the heap. ``malloc_trim`` returns the free pages; it takes ~15-25 ms on the
-resident pair's heap, so it runs after loading and when the worker has nothing queued (a
-request that arrives during a trim waits at most that long).
+resident pair's heap, so it runs after loading and once the worker has been idle for a second
+(``worker.TRIM_AFTER_IDLE_S``: not between two keystrokes' requests).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ Scheduling rules:
   a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
   editor has moved on; a late ghost text is worse than none);
 * a failure inside the model call fails that job only; the worker goes on with the next;
+* the heap is trimmed (``memory.py``) after a quiet second, not after each request;
 * every request, however it ends, leaves one row for the acceptance stats (``record``, see
   ``codespec/stats``): a queue append, never a wait on the disk;
 * when no request waits, the worker *warms*: it prefills the prompt of the place a request is
@@ -44,6 +45,9 @@ from ..stops import Cursor, Mode
 WARM_CHUNK_S = 2.0
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
 QUEUE_DEADLINE_S = 30.0  # the longest a request waits for the model before it is dropped
+# Quiet seconds after a request before the heap is trimmed: a trim takes ~20 ms, and a trim
+# after every request made the next keystroke's request wait for it.
+TRIM_AFTER_IDLE_S = 1.0
 log = logging.getLogger("codespec.worker")
 
 
@@ -155,6 +159,7 @@ class Worker:
         self.cond = threading.Condition()
         self.stats = WorkerStats()
         self.running: Job | WarmJob | None = None
+        self.trim_due = False  # a request ran since the heap was last trimmed
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self.thread.start()
@@ -282,8 +287,21 @@ class Worker:
                     key = next(reversed(self.warm_jobs))
                     self.running = self.warm_jobs.pop(key)
                     return self.running
-                self.cond.wait()
+                if not self.trim_due:
+                    self.cond.wait()
+                elif not self.cond.wait(TRIM_AFTER_IDLE_S):  # a quiet spell: trim now
+                    self.trim_due = False
+                    self._trim_unlocked()
             return None
+
+    def _trim_unlocked(self) -> None:
+        """Give back the heap pages that requests' temporaries left free (``memory.py``), with
+        the lock released: a request arriving meanwhile waits for the trim (~20 ms) only."""
+        self.cond.release()
+        try:
+            return_freed_memory()
+        finally:
+            self.cond.acquire()
 
     def _run(self) -> None:
         while (job := self._next()) is not None:
@@ -303,9 +321,7 @@ class Worker:
                     self.running = None
                     if self.latest.get((job.session, job.uri)) is job:
                         del self.latest[(job.session, job.uri)]
-                    idle = not any(self.queues.values()) and not self.warm_jobs
-            if idle:  # nothing waits: give back what the request's temporaries left free
-                return_freed_memory()
+                    self.trim_due = True
 
     def _serve(self, job: Job) -> None:
         job.timing.started = time.perf_counter()
