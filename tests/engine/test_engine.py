@@ -194,6 +194,18 @@ def test_warm_prefills_ahead_and_the_request_reuses_it(target_model):
     assert generation.stats.prefill_tokens == 1  # only the last prompt token was left
 
 
+def test_warm_of_a_cached_prompt_runs_no_pass(target_model):
+    """Typing one token at a completed place: the warm-up there finds its prompt cached (the
+    request that follows recomputes the last token anyway) and leaves the model free."""
+    engine = make_engine(target_model)
+    prompt = PROMPTS[0] * 2
+    engine.generate(prompt, GenerationParams(max_tokens=5)).run()  # caches prompt + output
+    calls = engine.target.forward_calls
+    assert engine.warm(prompt + [3], threading.Event()) == 0
+    assert engine.target.forward_calls == calls
+    assert engine.target.ids[: len(prompt)] == prompt
+
+
 def test_warm_stops_between_chunks_and_keeps_what_it_computed(target_model):
     engine = make_engine(target_model)
     engine.prefill_rate = 32.0  # 32 tokens/s: a 0.25 s chunk holds 8 tokens
