@@ -81,11 +81,13 @@ def complete(
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
     anchor: Anchor | None = None,
+    interrupt: Callable[[], bool] | None = None,
 ) -> CompletionResult:
     """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass.
 
     With the ``anchor`` of an earlier request on the same document, text typed at that cursor
     since then extends the cached prompt instead of rebuilding it (see ``prompt.Anchor``).
+    ``cancel`` and ``interrupt`` stop it early (see ``Engine.generate``).
     """
     options = options or CompletionOptions()
     mode = options.mode or decide_mode(cursor, invoked=options.invoked)
@@ -101,7 +103,9 @@ def complete(
         seed=options.seed,
         speculate=options.speculate,
     )
-    generation = pair.engine.generate(prompt, params, cancel=cancel, stop_rule=rule)
+    generation = pair.engine.generate(
+        prompt, params, cancel=cancel, stop_rule=rule, interrupt=interrupt
+    )
     for _ in generation:
         if on_text is not None:
             text = (

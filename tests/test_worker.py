@@ -124,3 +124,24 @@ def test_a_warm_up_where_the_user_types_extends_the_typing_prompt(slow_pair, wor
     assert worker.stats.warmed == 1
     assert worker.stats.warm_tokens - before <= 2  # the typed tokens, no more
     assert anchors["file:///f.py"] is anchor
+
+
+@pytest.mark.parametrize("elsewhere", [True, False])
+def test_a_newer_request_stops_the_prefill_of_the_previous_one(
+    slow_pair, worker, elsewhere, monkeypatch
+):
+    """On another line the previous request's prefill chunk stops between two layers; on the
+    same line it finishes (the new request's prompt shares it) and the new request reuses it."""
+    pair, ran = slow_pair
+    monkeypatch.setattr(pair.engine.target, "prefill_chunk", 100_000)  # one chunk per prompt
+    ran.clear()
+    first = Job(**place("file:///g.py", BODY, 60, anchors={}))
+    answer = worker.submit(first)
+    rows = first_chunk_rows(ran)
+    second = Job(**place("file:///g.py", BODY, 30 if elsewhere else 60, anchors={}))
+    assert worker.submit(second).result(timeout=60) is not None
+    assert answer.result(timeout=60) is None  # superseded: answered empty
+    assert first.interrupt.is_set() == elsewhere
+    assert ran.count(rows) == (1 if elsewhere else 2)
+    if not elsewhere:
+        assert worker.stats.last_prompt["cached_tokens"] >= rows - 1  # all but the last token

@@ -18,6 +18,7 @@ token-identical to plain decoding" is tested against.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,11 @@ from .verify import logits_to_probs, sample, walk_tree
 # Given every token generated so far, return how many to keep if generation must stop there
 # (syntax-aware rules plug in here), or None to go on.
 StopRule = Callable[[list[int]], "int | None"]
-PREFILL_CHUNK_S = 1.0  # seconds of prefill between two looks at a request's cancel flag
+# Seconds of prefill per chunk (by the speed measured at load). Larger chunks prefill faster
+# (on a 2-core AVX2 CPU 50 tokens/s in 1 s chunks, 56 in 2 s), and they cost a request little:
+# a cancel for a request at the same place lets the chunk finish (the new request needs that
+# work), a request elsewhere interrupts it within a layer (see ``generate``).
+PREFILL_CHUNK_S = 2.0
 
 
 @dataclass
@@ -177,7 +182,6 @@ class Engine:
         self.pad_single_row = not _one_row_is_exact(self.target, ids)
         chunk = [(11 * i + 50) % vocab for i in range(64)]
         self.prefill_rate = len(chunk) / _pass_seconds(self.target, ids, chunk)
-        # A request's prefill stops for a cancel between chunks: keep them to about a second.
         self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in (1, 2, 4, 8):
             rows = 2 if width == 1 and self.pad_single_row else width
@@ -228,16 +232,21 @@ class Engine:
         params: GenerationParams | None = None,
         cancel: threading.Event | None = None,
         stop_rule: StopRule | None = None,
+        interrupt: Callable[[], bool] | None = None,
     ) -> Generation:
-        """Start generating; iterate the result to run it (lazily, pass by pass)."""
+        """Start generating; iterate the result to run it (lazily, pass by pass).
+
+        ``cancel`` stops the prefill at the end of a chunk (what it computed stays cached, for
+        a request at the same place) and a decoding pass between two layers; ``interrupt()``
+        also stops a prefill chunk between two layers (its work is dropped)."""
         params = params or GenerationParams()
         stats = GenerationStats()
         out = _Output(self.stop_ids, params.max_tokens, stop_rule, stats)
-        return Generation(self._decode(prompt, params, cancel, out), stats, out.tokens)
+        return Generation(self._decode(prompt, params, cancel, out, interrupt), stats, out.tokens)
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def _decode(self, prompt, params, cancel, out: _Output) -> Iterator[list[int]]:
+    def _decode(self, prompt, params, cancel, out: _Output, interrupt) -> Iterator[list[int]]:
         stats, t0 = out.stats, time.perf_counter()
         rng = None
         if params.temperature > 0:
@@ -248,7 +257,7 @@ class Engine:
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(
-                    prompt, cancel
+                    prompt, cancel, interrupt=interrupt
                 )
                 stats.prefill_s = time.perf_counter() - t0
                 pending = self._choose(logits, params.temperature, rng)
@@ -265,9 +274,11 @@ class Engine:
                     tree, evidence, draft_start, draft_s = self._propose(
                         context, remaining, params, rng
                     )
-                    # 3) Verify: ONE target pass over [pending] + tree.
+                    # 3) Verify: ONE target pass over [pending] + tree (a cancel stops it
+                    # between two layers: its tokens would be thrown away anyway).
                     base = len(self.target.ids)
-                    logits, seconds = timed(self._verify, pending, tree)
+                    interrupt = cancel.is_set if cancel is not None else None
+                    logits, seconds = timed(self._verify, pending, tree, interrupt)
                     self.policy.observe_pass(1 + len(tree), seconds)
                     stats.pass_log.append((1 + len(tree), 0, seconds))
                     # 4) Accept: walk the tree with the target's own choices; keep that path.
@@ -344,8 +355,11 @@ class Engine:
             tree.add(candidate, cap, under=start)
         return start, self.drafter.last_step_s
 
-    def _verify(self, pending: int, tree: TokenTree) -> torch.Tensor:
-        """Logits at [pending] + every node, from one target forward pass.
+    def _verify(
+        self, pending: int, tree: TokenTree, interrupt: Callable[[], bool] | None = None
+    ) -> torch.Tensor:
+        """Logits at [pending] + every node, from one target forward pass (``interrupt``: see
+        ``CachedModel.forward``).
 
         Where a one-row pass rounds differently from wider ones (dense bf16 GEMMs on some CPUs;
         ``calibrate`` checks), a lone pending token gets a padding row after it, whose logits
@@ -353,15 +367,16 @@ class Engine:
         then stays bit-identical to verification (see ``attention.py``). Where one-row passes
         are exact anyway (the int4/int8 kernels compute each row alone), no padding is paid.
         """
+        forward = functools.partial(self.target.forward, interrupt=interrupt)
         if not tree.tokens:
             if not self.pad_single_row:
-                return self.target.forward([pending])
-            return self.target.forward([pending, pending])[:1]
+                return forward([pending])
+            return forward([pending, pending])[:1]
         tokens = [pending] + tree.tokens
         if tree.is_chain():  # a chain is plain causal attention: no mask needed
-            return self.target.forward(tokens)
+            return forward(tokens)
         mask, depths = tree.attention()
-        return self.target.forward(tokens, tree_mask=mask, depths=depths)
+        return forward(tokens, tree_mask=mask, depths=depths)
 
     def _learn(self, tree, path, draft_start, draft_s, evidence, stats: GenerationStats) -> None:
         stats.target_passes += 1

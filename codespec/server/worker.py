@@ -3,8 +3,9 @@
 Scheduling rules:
 
 * per (session, document) the newest request wins: submitting a job cancels the previous one
-  for the same document (queued: it never starts; running: it stops before its next target
-  pass);
+  for the same document (queued: it never starts; running: a decoding pass stops between two
+  layers, a prefill chunk at its end when the new request is on the same line, whose prompt
+  shares that work, and between two layers otherwise);
 * a job whose document has changed since it was submitted is answered empty without running
   the model (its result would be for text that no longer exists);
 * sessions are served round-robin, so one busy editor cannot starve another;
@@ -83,6 +84,24 @@ class Place:
     current_version: Callable[[], int | None] = lambda: None
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
     language: str = ""  # the document's languageId, for the stats
+    # ``cancel`` stops the work at the end of a prefill chunk (or before the next decoding
+    # pass); ``interrupt`` stops a prefill chunk between two layers (see ``stop``)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    interrupt: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self, wanted_by: Place | None = None) -> None:
+        """Stop for ``wanted_by`` (a newer request or warm-up; None: nobody needs the work):
+        let a running prefill chunk finish only when that one is at the same place, whose
+        prompt the chunk is computing."""
+        self.cancel.set()
+        if wanted_by is None or not self.at_same_place(wanted_by):
+            self.interrupt.set()
+
+    def at_same_place(self, other: Place) -> bool:
+        """Same session and document, same cursor line (typing there extends the prompt: see
+        ``prompt.Anchor``)."""
+        same_document = (other.session, other.uri) == (self.session, self.uri)
+        return same_document and other.cursor.prefix.count("\n") == self.cursor.prefix.count("\n")
 
 
 @dataclass
@@ -99,27 +118,7 @@ class Job(Place):
 
 @dataclass
 class WarmJob(Place):
-    """Prefill the prompt for a likely next request; nobody waits for it.
-
-    ``cancel`` stops it at the end of the running prefill chunk, ``interrupt`` within it."""
-
-    cancel: threading.Event = field(default_factory=threading.Event)
-    interrupt: threading.Event = field(default_factory=threading.Event)
-
-    def stop(self, wanted_by: Place | None = None) -> None:
-        """Stop for ``wanted_by`` (a request or a newer warm-up; None: nobody needs it): let
-        the running chunk finish only when that one is at the same place, whose prompt the
-        chunk is computing."""
-        self.cancel.set()
-        if wanted_by is None or not self.warms_for(wanted_by):
-            self.interrupt.set()
-
-    def warms_for(self, other: Place) -> bool:
-        """Whether ``other`` is at this place: same session and document, same cursor line
-        (typing there extends the warmed prompt; see ``prompt.Anchor``)."""
-        return (other.session, other.uri) == (self.session, self.uri) and other.cursor.prefix.count(
-            "\n"
-        ) == self.cursor.prefix.count("\n")
+    """Prefill the prompt for a likely next request; nobody waits for it."""
 
 
 @dataclass
@@ -171,7 +170,7 @@ class Worker:
             previous = self.latest.get((job.session, job.uri))
             if previous is not None:
                 previous.superseded = True
-                previous.cancel.set()
+                previous.stop(wanted_by=job)
             self.latest[(job.session, job.uri)] = job
             if isinstance(self.running, WarmJob):
                 self.running.stop(wanted_by=job)  # a request outranks any warm-up
@@ -219,10 +218,8 @@ class Worker:
                 self.warm_jobs.pop(key).stop()
             for job in self.queues.pop(session, ()):
                 job.cancel.set()
-            if isinstance(self.running, WarmJob) and self.running.session == session:
+            if self.running is not None and self.running.session == session:
                 self.running.stop()
-            elif self.running is not None and self.running.session == session:
-                self.running.cancel.set()
             self.latest = {k: v for k, v in self.latest.items() if k[0] != session}
             if session in self.order:
                 self.order.remove(session)
@@ -352,6 +349,7 @@ class Worker:
                 cancel=job.cancel,
                 on_text=self._on_text(job),
                 anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
+                interrupt=job.interrupt.is_set,
             )
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor

@@ -227,3 +227,20 @@ def test_warm_interrupted_inside_a_chunk_drops_that_chunk_only(target_model):
     generation = engine.generate(prompt, GenerationParams(max_tokens=10))
     assert generation.run() == naive_greedy(target_model, prompt, 10)
     assert generation.stats.cached_tokens == 8
+
+
+def test_a_cancel_stops_a_decoding_pass_between_layers(target_model):
+    """The cancel flag is asked before every decoder layer of a decoding pass: a request
+    superseded mid-pass gives the model up within a layer, and the cache stays consistent."""
+    engine = make_engine(target_model)
+    prompt = PROMPTS[1] * 3
+    # asked 4 times by the prefill (chunks of 8), then per pass once before it and once per
+    # layer (2): set at the 2nd layer of the 2nd pass
+    cancel = CancelAfter(checks=4 + 3 + 2)
+    generation = engine.generate(prompt, GenerationParams(max_tokens=30), cancel=cancel)
+    tokens = generation.run()
+    assert generation.stats.stop_reason == "cancelled"
+    assert generation.stats.target_passes == 1  # the second pass stopped inside
+    assert engine.target.ids == prompt + tokens[:-1]  # the last token is pending, not cached
+    again = engine.generate(prompt, GenerationParams(max_tokens=12))
+    assert again.run() == naive_greedy(target_model, prompt, 12)
