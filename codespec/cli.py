@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="size prompt windows to a cold prefill of this long, as the daemon does "
-        "(default: the daemon's 4 s); 0: fixed 1024 / 256 token windows",
+        "(default: the daemon's 2.5 s); 0: fixed 1024 / 256 token windows",
     )
     b.add_argument("--seed", type=int, default=1, help="the holes are sampled from this seed")
     b.add_argument("--draft", choices=["auto", "on", "off"], default="auto")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .engine import GenerationParams, GenerationStats
-from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
+from .prompt import Anchor, FimRequest, extend_anchor, fim_prompt_and_window
 from .runtime import LoadedPair
 from .stops import (
     Cursor,
@@ -48,15 +48,16 @@ class CompletionOptions:
     prompt_seconds: float = 0.0  # > 0: shrink the windows to a prefill of about this long
 
 
-MIN_PREFIX_TOKENS = 192  # windows sized by time never shrink below these
-MIN_SUFFIX_TOKENS = 64
+MIN_PREFIX_TOKENS = 96  # windows sized by time never shrink below these
+MIN_SUFFIX_TOKENS = 32
 
 
 def sized_by_time(options: CompletionOptions, prefill_rate: float | None) -> CompletionOptions:
     """Options whose prompt windows a cold prefill fills in about ``prompt_seconds`` on this
     machine (``prefill_rate`` tokens/s, measured at load): 60 % prefix, 20 % suffix, 20 % other
-    files, each at most its configured size and at least a floor (a prompt below ~250 tokens
-    loses more completions than it saves seconds)."""
+    files, each at most its configured size and at least a floor. The default 2.5 s fits a
+    warm-up into a 3 s pause (after its 0.3 s delay); see docs/benchmarks.md for what smaller
+    windows cost in exact match."""
     if options.prompt_seconds <= 0 or not prefill_rate:
         return options
     total = prefill_rate * options.prompt_seconds
@@ -139,21 +140,23 @@ def prompt_at(
     prompt = extend_anchor(pair.tokenizer, anchor, cursor.prefix, cursor.suffix)
     if prompt is not None and anchor is not None:
         return prompt, anchor
-    request = FimRequest(cursor.prefix, cursor.suffix, path=path, extra_files=extra_files)
-    prompt = fim_prompt(pair, request, sized_by_time(options, pair.engine.prefill_rate))
-    return prompt, Anchor(cursor.prefix, cursor.suffix, prompt)
-
-
-def fim_prompt(pair: LoadedPair, request: FimRequest, options: CompletionOptions) -> list[int]:
-    """The token ids of a fresh FIM prompt for ``request`` within the options' budgets."""
-    return build_fim_prompt(
+    request = FimRequest(
+        cursor.prefix,
+        cursor.suffix,
+        path=path,
+        extra_files=extra_files,
+        prefix_from=anchor.window_at if anchor is not None else None,
+    )
+    budgets = sized_by_time(options, pair.engine.prefill_rate)
+    prompt, window_at = fim_prompt_and_window(
         pair.tokenizer,
         pair.manifest.tokens,
         request,
-        options.prefix_tokens,
-        options.suffix_tokens,
-        options.extra_tokens,
+        budgets.prefix_tokens,
+        budgets.suffix_tokens,
+        budgets.extra_tokens,
     )
+    return prompt, Anchor(cursor.prefix, cursor.suffix, prompt, window_at)
 
 
 def settled(text: str, mode: Mode) -> str:

@@ -7,7 +7,8 @@ Layout (Qwen2.5-Coder's repo-level format, as in its model card)::
 
 Extra files come first and the current file last, so the cached KV prefix stays stable while the
 user types. Prefix and suffix are cut to token budgets at line boundaries: the prefix keeps its
-last lines, the suffix its first lines.
+last lines (and its first line while the cursor moves nearby, see ``clip_prefix``), the suffix
+its first lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class FimRequest:
     path: str = ""
     repo: str = ""
     extra_files: tuple[tuple[str, str], ...] = ()
+    prefix_from: int | None = None  # where the last prefix window began (``clip_prefix``)
 
 
 def split_at(text: str, line: int, column: int) -> tuple[str, str]:
@@ -54,14 +56,23 @@ def split_at(text: str, line: int, column: int) -> tuple[str, str]:
 MAX_CHARS_PER_TOKEN = 32
 
 
-def clip_prefix(tokenizer: Any, text: str, budget: int, grid: int = 32) -> str:
-    """A tail of ``text`` that fits ``budget`` tokens and starts at a line whose number is a
-    multiple of ``grid``.
+# A prefix window keeps its first line while the cursor moves nearby, as long as the window
+# holds between these fractions of its token budget: the cached KV of the lines it shares with
+# the last prompt survives the move (a window that slid one line per move would re-prefill
+# everything). A window that starts afresh is as long as the budget allows.
+STICKY_WINDOW = (0.75, 1.25)
 
-    The grid keeps the window's first line (and so the whole cached KV prefix) the same while
-    the cursor moves within a few dozen lines; a window that slid one line per keystroke would
-    re-prefill everything.
-    """
+
+def clip_prefix(tokenizer: Any, text: str, budget: int, keep_at: int | None = None) -> str:
+    """A tail of ``text`` that starts at a line start: at offset ``keep_at`` (where the last
+    window at this document began) if that is a line start and the tail from there holds
+    ``STICKY_WINDOW`` of ``budget``, else the longest tail that fits ``budget``."""
+    if keep_at is not None and 0 <= keep_at <= len(text):
+        at_line_start = keep_at == 0 or text[keep_at - 1] == "\n"
+        low, high = STICKY_WINDOW
+        held = _count_tokens(tokenizer, text, keep_at, int(budget * high))
+        if at_line_start and held is not None and held >= budget * low:
+            return text[keep_at:]
     base = max(0, len(text) - budget * MAX_CHARS_PER_TOKEN)
     enc = tokenizer(text[base:], add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= budget:
@@ -70,18 +81,18 @@ def clip_prefix(tokenizer: Any, text: str, budget: int, grid: int = 32) -> str:
         start = base
     else:
         start = base + enc["offset_mapping"][-budget][0]
-    line_of_start = text.count("\n", 0, start)
-    at_line_start = start == 0 or text[start - 1] == "\n"
-    first_line = line_of_start + (0 if at_line_start else 1)
-    line = -(-first_line // grid) * grid  # round up to the grid: the window only shrinks
-    offset = start if at_line_start else text.find("\n", start) + 1
-    for _ in range(line - first_line):
-        if offset == 0:
-            break
-        offset = text.find("\n", offset) + 1
-    if offset == 0:  # fewer lines than that: keep the tail after the budget cut
-        return text[start:]
-    return text[offset:]
+    newline = text.find("\n", start)
+    if start > 0 and text[start - 1] != "\n" and newline >= 0:  # begin at the next whole line
+        start = newline + 1  # (a line longer than the budget is cut inside)
+    return text[start:]
+
+
+def _count_tokens(tokenizer: Any, text: str, start: int, limit: int) -> int | None:
+    """How many tokens ``text[start:]`` holds; None when more than ``limit``."""
+    if len(text) - start > limit * MAX_CHARS_PER_TOKEN:  # more, whatever the tokens are
+        return None
+    count = len(tokenizer(text[start:], add_special_tokens=False)["input_ids"])
+    return count if count <= limit else None
 
 
 def clip_suffix(tokenizer: Any, text: str, budget: int) -> str:
@@ -107,6 +118,21 @@ def build_fim_prompt(
     extra_tokens: int = 1024,
 ) -> list[int]:
     """Token ids of the FIM prompt for ``request``."""
+    return fim_prompt_and_window(
+        tokenizer, tokens, request, prefix_tokens, suffix_tokens, extra_tokens
+    )[0]
+
+
+def fim_prompt_and_window(
+    tokenizer: Any,
+    tokens: FimTokens,
+    request: FimRequest,
+    prefix_tokens: int = 1024,
+    suffix_tokens: int = 256,
+    extra_tokens: int = 1024,
+) -> tuple[list[int], int]:
+    """Token ids of the FIM prompt for ``request``, and the offset in ``request.prefix`` where
+    its prefix window begins (for the next prompt at this document: ``prefix_from``)."""
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
@@ -127,12 +153,12 @@ def build_fim_prompt(
             ids += special(tokens.file_sep) + body
             left -= len(body)
         ids += special(tokens.file_sep) + encode(f"{request.path or 'untitled'}\n")
-    prefix = clip_prefix(tokenizer, request.prefix, prefix_tokens)
+    prefix = clip_prefix(tokenizer, request.prefix, prefix_tokens, request.prefix_from)
     suffix = clip_suffix(tokenizer, request.suffix, suffix_tokens)
     ids += special(tokens.fim_prefix) + encode(prefix)
     ids += special(tokens.fim_suffix) + encode(suffix)
     ids += special(tokens.fim_middle)
-    return ids
+    return ids, len(request.prefix) - len(prefix)
 
 
 @dataclass(frozen=True)
@@ -149,6 +175,7 @@ class Anchor:
     prefix: str
     suffix: str
     ids: list[int] = field(default_factory=list)
+    window_at: int | None = None  # where the prompt's prefix window begins in ``prefix``
 
 
 def extend_anchor(

@@ -155,16 +155,65 @@ class WordTokenizer:
         }
 
 
-def test_prefix_window_starts_on_a_stable_line():
+LINES = "".join(f"line {i:03d}\n" for i in range(200))  # 9 characters (tokens) per line
+
+
+def test_a_fresh_prefix_window_is_the_longest_run_of_whole_lines_in_the_budget():
     from codespec.prompt import clip_prefix
 
-    text = "".join(f"line {i:03d}\n" for i in range(200))  # 9 characters per line
-    clipped = clip_prefix(WordTokenizer(), text, budget=9 * 50, grid=32)
-    assert clipped.startswith("line 160\n") and len(clipped) <= 9 * 50
-    # Typing a few lines further down keeps the same first line (the KV prefix survives).
-    longer = text + "".join(f"more {i:03d}\n" for i in range(5))
-    assert clip_prefix(WordTokenizer(), longer, budget=9 * 50, grid=32).startswith("line 160\n")
-    assert clip_prefix(WordTokenizer(), text, budget=10_000) == text
+    clipped = clip_prefix(WordTokenizer(), LINES, budget=9 * 50 + 4)
+    assert clipped.startswith("line 150\n") and len(clipped) == 9 * 50
+    assert clip_prefix(WordTokenizer(), LINES, budget=10_000) == LINES
+    one_long_line = "x" * 1000
+    assert clip_prefix(WordTokenizer(), one_long_line, budget=100) == "x" * 100  # cut inside
+
+
+def test_the_prefix_window_keeps_its_first_line_while_the_cursor_moves_nearby():
+    from codespec.prompt import clip_prefix
+
+    def clip(text, keep_at):
+        return clip_prefix(WordTokenizer(), text, budget=9 * 40, keep_at=keep_at)
+
+    start = LINES.index("line 160\n")  # the last window: 40 lines, the whole budget
+    # moving down a few lines: the window grows up to 1.25 x its budget from the same line
+    down = LINES + "".join(f"more {i:03d}\n" for i in range(9))
+    assert clip(down, start) == down[start:]
+    # too far down (over 1.25 x) or up (under 0.75 x): a fresh window, as long as it fits
+    far = LINES + "".join(f"more {i:03d}\n" for i in range(11))
+    assert len(clip(far, start)) == 9 * 40 and not clip(far, start).startswith("line 160")
+    up = LINES[: LINES.index("line 175\n")]
+    assert len(clip(up, start)) == 9 * 40 and clip(up, start).startswith("line 135")
+    # an offset that is no longer a line start (the text above changed): a fresh window
+    assert clip(down, start + 3) == clip(down, None)
+    assert clip(down, len(down) + 5) == clip(down, None)
+
+
+def test_a_prompt_a_few_lines_below_the_last_one_shares_its_window(tiny_manifest):
+    """Through the real tokenizer: the anchor remembers where its prefix window began, and a
+    fresh prompt a few lines further down starts there too, so the cached KV of everything up
+    to the old cursor line is reused; without it the window would start elsewhere."""
+    from codespec.completion import CompletionOptions, prompt_at
+    from codespec.engine.kvcache import common_prefix_len
+    from codespec.runtime import load_pair
+
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
+    pair.engine.prefill_rate = 60.0  # 2.5 s: 150 tokens, 90 of them prefix (floor 96)
+    options = CompletionOptions(prompt_seconds=2.5)
+    text = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(80))
+    lines = text.splitlines(keepends=True)
+
+    def cursor_at(line: int) -> Cursor:
+        prefix = "".join(lines[:line])
+        return Cursor(prefix, text[len(prefix) :], language_for("python"))
+
+    first, anchor = prompt_at(pair, cursor_at(150), options, "m.py")
+    assert anchor.window_at > 0 and anchor.prefix[anchor.window_at - 1] == "\n"
+    below, moved = prompt_at(pair, cursor_at(153), options, "m.py", anchor=anchor)
+    assert moved.window_at == anchor.window_at
+    shared = common_prefix_len(first, below)
+    assert shared >= len(pair.tokenizer.encode(anchor.prefix[anchor.window_at :])) - 1
+    fresh, _ = prompt_at(pair, cursor_at(153), options, "m.py")
+    assert common_prefix_len(first, fresh) < shared / 2
 
 
 def test_typing_what_the_ghost_text_shows_keeps_the_rest():

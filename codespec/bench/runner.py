@@ -31,7 +31,7 @@ class BenchSettings:
     max_tokens: int = 48
     prefix_tokens: int = 1024  # the daemon's defaults: window limits ...
     suffix_tokens: int = 256
-    prompt_seconds: float = 4.0  # ... sized to a cold prefill of this long (0: the limits)
+    prompt_seconds: float = 2.5  # ... sized to a cold prefill of this long (0: the limits)
 
 
 def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:

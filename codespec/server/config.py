@@ -33,7 +33,7 @@ class Settings:
     stop_rules: bool = True
     speculate: bool = True
     complete_mid_word: bool = False
-    prompt_seconds: float = 4.0  # size prompt windows to a cold prefill of this long; 0: off
+    prompt_seconds: float = 2.5  # size prompt windows to a cold prefill of this long; 0: off
     warm_ahead: bool = True  # prefill where edits settle / the cursor rests, while idle
     warm_delay_ms: int = 300  # how long they must rest first
 

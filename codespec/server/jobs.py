@@ -106,7 +106,9 @@ async def inline_completion(
     try:
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
-        job.cancel.set()  # $/cancelRequest: stop the decode loop before its next target pass
+        # $/cancelRequest: a decoding pass stops between two layers; a prefill chunk finishes
+        # (the next request at this place, usually close behind, reuses it)
+        job.cancel.set()
         raise
     except ModelUnavailable as exc:
         raise JsonRpcInternalError(str(exc)) from None
