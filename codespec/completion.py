@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .engine import GenerationParams, GenerationStats
-from .prompt import Anchor, FimRequest, extend_anchor, fim_prompt_and_window
+from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
 from .runtime import LoadedPair
 from .stops import (
     Cursor,
@@ -148,7 +148,7 @@ def prompt_at(
         prefix_from=anchor.window_at if anchor is not None else None,
     )
     budgets = sized_by_time(options, pair.engine.prefill_rate)
-    prompt, window_at = fim_prompt_and_window(
+    prompt, window_at = build_fim_prompt(
         pair.tokenizer,
         pair.manifest.tokens,
         request,

@@ -116,20 +116,6 @@ def build_fim_prompt(
     prefix_tokens: int = 1024,
     suffix_tokens: int = 256,
     extra_tokens: int = 1024,
-) -> list[int]:
-    """Token ids of the FIM prompt for ``request``."""
-    return fim_prompt_and_window(
-        tokenizer, tokens, request, prefix_tokens, suffix_tokens, extra_tokens
-    )[0]
-
-
-def fim_prompt_and_window(
-    tokenizer: Any,
-    tokens: FimTokens,
-    request: FimRequest,
-    prefix_tokens: int = 1024,
-    suffix_tokens: int = 256,
-    extra_tokens: int = 1024,
 ) -> tuple[list[int], int]:
     """Token ids of the FIM prompt for ``request``, and the offset in ``request.prefix`` where
     its prefix window begins (for the next prompt at this document: ``prefix_from``)."""

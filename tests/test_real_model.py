@@ -63,7 +63,7 @@ def pair():
 
 def fim(pair, text: str) -> list[int]:
     request = FimRequest(prefix=text, suffix="", path="example.py")
-    return build_fim_prompt(pair.tokenizer, pair.manifest.tokens, request)
+    return build_fim_prompt(pair.tokenizer, pair.manifest.tokens, request)[0]
 
 
 def run(pair, prompt, **params):
