@@ -217,9 +217,10 @@ class Engine:
         ids = prompt[:-1]
         chunk = max(8, int((self.prefill_rate or 256 / chunk_s) * chunk_s))
         with self.lock:
-            if common_prefix_len(self.target.ids, ids) == len(ids):
+            shared = common_prefix_len(self.target.ids, ids)
+            if shared == len(ids):
                 return 0  # all cached (prefill would recompute the last id for its logits)
-            start = min(common_prefix_len(self.target.ids, ids), len(ids) - 1)  # kept by prefill
+            start = min(shared, len(ids) - 1)  # what prefill keeps
             try:
                 self.target.prefill(ids, cancel, chunk=chunk, interrupt=interrupt)
             except Cancelled:

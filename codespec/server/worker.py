@@ -18,7 +18,8 @@ Scheduling rules:
   ``codespec/stats``): a queue append, never a wait on the disk;
 * when no request waits, the worker *warms*: it prefills the prompt of the place a request is
   likely to come from next (where edits settled or the cursor rests), newest first, one per
-  document, in prefill chunks of about ``WARM_CHUNK_S`` (larger chunks prefill faster). A
+  document, in prefill chunks of ``engine.loop.PREFILL_CHUNK_S`` (larger chunks prefill
+  faster: here 39 tokens/s in 0.25 s chunks, 50 in 1 s, 56 in 2 s). A
   request arriving meanwhile stops the warm-up: at the end of its chunk when the request is at
   the warmed place (that chunk is the request's own prefill, so finishing it costs the request
   nothing), and between two decoder layers of the chunk otherwise (the chunk is dropped; the
@@ -40,10 +41,6 @@ from ..memory import return_freed_memory
 from ..stats.record import Timing, new_id, request_row
 from ..stops import Cursor, Mode
 
-# Seconds of prefill per warm-up chunk (by the speed measured at load). Larger chunks prefill
-# faster (here 39 tokens/s in 0.25 s chunks, 50 in 1 s, 56 in 2 s), and a chunk costs a request
-# nothing: at the warmed place it is the request's own prefill, elsewhere it stops within a layer.
-WARM_CHUNK_S = 2.0
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
 QUEUE_DEADLINE_S = 30.0  # the longest a request waits for the model before it is dropped
 # Quiet seconds after a request before the heap is trimmed: a trim takes ~20 ms, and a trim
@@ -391,7 +388,7 @@ class Worker:
         prompt, anchor = prompt_at(
             pair, job.cursor, job.options, job.path, job.extra_files, anchor=anchored
         )
-        computed = pair.engine.warm(prompt, job.cancel, WARM_CHUNK_S, job.interrupt.is_set)
+        computed = pair.engine.warm(prompt, job.cancel, interrupt=job.interrupt.is_set)
         if job.anchors is not None:
             job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
         self.stats.warmed += 1
