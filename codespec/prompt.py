@@ -68,11 +68,11 @@ def clip_prefix(tokenizer: Any, text: str, budget: int, keep_at: int | None = No
     window at this document began) if that is a line start and the tail from there holds
     ``STICKY_WINDOW`` of ``budget``, else the longest tail that fits ``budget``."""
     if keep_at is not None and 0 <= keep_at <= len(text):
-        at_line_start = keep_at == 0 or text[keep_at - 1] == "\n"
         low, high = STICKY_WINDOW
-        held = _count_tokens(tokenizer, text, keep_at, int(budget * high))
-        if at_line_start and held is not None and held >= budget * low:
-            return text[keep_at:]
+        if keep_at == 0 or text[keep_at - 1] == "\n":  # only a line start is worth counting
+            held = _count_tokens(tokenizer, text, keep_at, int(budget * high))
+            if held is not None and held >= budget * low:
+                return text[keep_at:]
     base = max(0, len(text) - budget * MAX_CHARS_PER_TOKEN)
     enc = tokenizer(text[base:], add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= budget:
