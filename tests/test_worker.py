@@ -11,12 +11,13 @@ import time
 import pytest
 
 from codespec.completion import CompletionOptions
+from codespec.engine import decoder
 from codespec.languages import language_for
 from codespec.runtime import load_pair
 from codespec.server.worker import Job, WarmJob, Worker
 from codespec.stops import Cursor, Mode
 
-LAYER_S = 0.1  # added before each decoder layer
+LAYER_S = 0.1  # added after each decoder layer
 BODY = "".join(f"def f{i}(x):\n    return x * {i} + len(str(x))\n\n" for i in range(40))
 OPTIONS = CompletionOptions(max_tokens=3, mode=Mode.LINE, speculate=False)
 
@@ -26,21 +27,19 @@ def slow_pair(tiny_manifest):
     """The tiny pair, each target layer slowed; and the row counts of the layers that ran."""
     pair = load_pair(str(tiny_manifest), progress=lambda m: None)
     pair.engine.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
+    assert pair.engine.target._lean()  # its passes run decoder.decoder_layer, layer by layer
     ran: list[int] = []
+    layer = decoder.decoder_layer
 
-    def slow(module, args, kwargs):
-        time.sleep(LAYER_S)
+    def slow_layer(*args, **kwargs):
+        out = layer(*args, **kwargs)
+        ran.append(out.shape[1])
+        time.sleep(LAYER_S)  # then the pass asks whether to go on
+        return out
 
-    def record(module, args, kwargs, output):
-        hidden = args[0] if args else kwargs["hidden_states"]
-        ran.append(hidden.shape[1])
-
-    layers = pair.engine.target.decoder_layers
-    handles = [layer.register_forward_pre_hook(slow, with_kwargs=True) for layer in layers]
-    handles += [layer.register_forward_hook(record, with_kwargs=True) for layer in layers]
-    yield pair, ran
-    for handle in handles:
-        handle.remove()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decoder, "decoder_layer", slow_layer)
+        yield pair, ran
 
 
 @pytest.fixture

@@ -10,6 +10,9 @@ operations:
 * ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
   (the accepted path of a token tree), dropping the rest.
 
+Passes of the architectures ``decoder.py`` knows (Qwen2, Llama) go through its lean forward,
+bit-identical to the model's own and cheaper per pass; others through the model's forward.
+
 A pass given an ``interrupt`` check stops between two decoder layers once it returns true
 (``Cancelled``); the layers that had run already hold the new positions, so they are cut back
 and the cache is as before the pass. Warm-ups use it: a long prefill chunk for a place nobody
@@ -40,7 +43,9 @@ from collections.abc import Callable, Iterator
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from . import decoder
 from .attention import CHAIN
+from .attention import NAME as ATTENTION_NAME
 
 # A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
 # keystroke drops the previous completion's tokens, no more); a larger difference is another
@@ -86,6 +91,7 @@ class CachedModel:
         self.parked_budget_bytes = parked_budget_bytes
         self.forward_calls = 0
         self.decoder_layers = _decoder_layers(model)  # where an interrupted pass can stop
+        self.lean_decoder = decoder.supports(model)  # see _lean
 
     # -- cache surgery ----------------------------------------------------------------------
 
@@ -174,31 +180,57 @@ class CachedModel:
         past = len(self.ids)
         q = len(tokens)
         input_ids = torch.tensor([tokens], device=self.device)
-        # tells row-wise attention what the mask is, so that no layer inspects it
-        kwargs: dict = {CHAIN: tree_mask is None}
+        mask = positions = None
         if tree_mask is not None:
             assert depths is not None
             # (1, 1, q, past + q): every new token sees the whole cache and its own ancestors.
             seen = torch.ones(q, past + q, dtype=torch.bool, device=self.device)
             seen[:, past:] = tree_mask.to(self.device)
-            kwargs["attention_mask"] = seen[None, None]
-            kwargs["position_ids"] = torch.tensor([[past + d for d in depths]], device=self.device)
+            mask = seen[None, None]
+            positions = torch.tensor([[past + d for d in depths]], device=self.device)
         try:
-            with _asked_between_layers(self.decoder_layers, interrupt):
-                out = self.model(
-                    input_ids=input_ids,
-                    cache=self.cache,
-                    use_cache=True,
-                    logits_to_keep=0 if all_logits else 1,
-                    **kwargs,
+            if self._lean():
+                if positions is None:
+                    positions = torch.arange(past, past + q, device=self.device).unsqueeze(0)
+                logits = decoder.forward(
+                    self.model,
+                    input_ids,
+                    self.cache,
+                    positions,
+                    mask,
+                    last_only=not all_logits,
+                    before_layer=_raiser(interrupt),
                 )
+            else:
+                logits = self._model_forward(input_ids, mask, positions, all_logits, interrupt)
         except Cancelled:  # the layers that ran hold the new positions, the others never got them
             self._cut(past)
             raise
-        self.cache = out.cache
         self.ids.extend(tokens)
         self.forward_calls += 1
-        return out.logits[0].float()
+        return logits[0].float()
+
+    def _lean(self) -> bool:
+        """Whether passes go through ``decoder.forward`` (the model's own forward otherwise):
+        for the architectures it knows, once row-wise attention is on (it calls that)."""
+        return self.lean_decoder and self.model.config._attn_implementation == ATTENTION_NAME
+
+    def _model_forward(self, input_ids, mask, positions, all_logits, interrupt) -> torch.Tensor:
+        """A pass through the Hugging Face model's own forward."""
+        # tells row-wise attention what the mask is, so that no layer inspects it
+        kwargs: dict = {CHAIN: mask is None}
+        if mask is not None:
+            kwargs["attention_mask"], kwargs["position_ids"] = mask, positions
+        with _asked_between_layers(self.decoder_layers, interrupt):
+            out = self.model(
+                input_ids=input_ids,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=0 if all_logits else 1,
+                **kwargs,
+            )
+        self.cache = out.cache
+        return out.logits
 
     def prefill(
         self,
@@ -257,6 +289,18 @@ def _asked_between_layers(
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _raiser(interrupt: Callable[[], bool] | None) -> Callable[[], None] | None:
+    """``interrupt`` as a check that raises ``Cancelled`` once it returns true."""
+    if interrupt is None:
+        return None
+
+    def check() -> None:
+        if interrupt():
+            raise Cancelled()
+
+    return check
 
 
 class GrowingLayer(DynamicLayer):
