@@ -71,7 +71,8 @@ def rowwise_attention(
         row = query[:, :, i : i + 1].reshape(1, kv_heads, heads // kv_heads, dim)
         out = F.scaled_dot_product_attention(row, keys, values, scale=scaling)
         rows.append(out.reshape(1, heads, 1, dim))
-    return torch.cat(rows, dim=2).transpose(1, 2).contiguous(), None
+    out = rows[0] if q == 1 else torch.cat(rows, dim=2)  # (a one-row cat is just a copy)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _seen(mask: torch.Tensor) -> torch.Tensor:
