@@ -1,4 +1,5 @@
-"""Hand memory the process has freed back to the system.
+"""Hand memory the process has freed back to the system, and keep the resident model out of
+the garbage collector's way.
 
 glibc keeps freed heap pages for reuse, and the resident size of a long-lived daemon grows with
 every large prompt's temporaries (KV caches of places it left, prefill activations) until
@@ -29,3 +30,13 @@ def return_freed_memory(collect: bool = False) -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
+
+
+def freeze_resident_objects() -> None:
+    """Move every object alive now (a loaded pair: its modules, tokenizer, config) out of the
+    cyclic garbage collector's generations. Python's occasional full collection walks every
+    tracked object, ~360,000 after loading the default pair: ~185 ms on a 2-core CPU, holding
+    the interpreter lock, so a keystroke's request waited for it. Frozen objects are still freed
+    by reference counting; only cycles among them would stay (call after loading, once)."""
+    gc.collect()
+    gc.freeze()

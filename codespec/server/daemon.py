@@ -27,6 +27,7 @@ from pathlib import Path
 import platformdirs
 
 from ..files import FileError, read_text, write_private
+from ..memory import freeze_resident_objects
 from ..stats.store import Store
 from .config import Settings
 from .framing import FramingError, read_frame
@@ -155,6 +156,7 @@ class Daemon:
             try:
                 time.sleep(self._load_delay_s)
                 pair = self._load()
+                freeze_resident_objects()  # no full collection walks the model again
                 self.slot.pair = pair
                 log.info(
                     "model ready in %.1f s on %s: %s",
