@@ -8,12 +8,24 @@ from pathlib import Path
 import torch
 
 
-def tiny_qwen2(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2):
-    """A randomly initialised Qwen2-architecture causal LM, small enough for fast CPU tests."""
+def tiny_qwen2(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2, **config):
+    """A randomly initialised Qwen2-architecture causal LM, small enough for fast CPU tests
+    (``config``: more Qwen2Config fields)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    return _tiny(Qwen2Config, Qwen2ForCausalLM, seed, vocab, hidden, layers, **config)
+
+
+def tiny_llama(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2):
+    """The same, of the Llama architecture."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return _tiny(LlamaConfig, LlamaForCausalLM, seed, vocab, hidden, layers)
+
+
+def _tiny(config_class, model_class, seed, vocab, hidden, layers, **more):
     torch.manual_seed(seed)
-    config = Qwen2Config(
+    config = config_class(
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=hidden * 2,
@@ -23,8 +35,9 @@ def tiny_qwen2(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2):
         max_position_embeddings=1024,
         tie_word_embeddings=False,
         attn_implementation="sdpa",
+        **more,
     )
-    model = Qwen2ForCausalLM(config).eval()
+    model = model_class(config).eval()
     with torch.no_grad():  # wider embeddings than the default init: varied, loop-prone output
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
         model.lm_head.weight.mul_(2.0)

@@ -4,32 +4,13 @@ engine runs; and it stops between layers like the model's forward does."""
 
 import pytest
 import torch
-from helpers import TrueAfter, tiny_qwen2
+from helpers import tiny_llama, tiny_qwen2
 
-from codespec.engine import CachedModel, Cancelled
+from codespec.engine import CachedModel
 from codespec.engine import decoder as lean
 from codespec.engine.attention import use_rowwise_attention
 from codespec.quant import kernels
 from codespec.quant.load import build_quantized, quantize_dense
-
-
-def tiny_llama(seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.normal_(0.0, 1.0)
-    return model
 
 
 def w8a8_qwen2(seed: int):
@@ -92,35 +73,6 @@ def test_it_takes_over_only_where_row_wise_attention_is_on():
 
 
 def test_other_architectures_keep_the_models_own_forward():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        use_sliding_window=True,
-        sliding_window=8,
-        max_window_layers=1,
-    )
-    assert not lean.supports(Qwen2ForCausalLM(config))  # a sliding-window layer
+    sliding = tiny_qwen2(seed=4, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    assert not lean.supports(sliding)  # a sliding-window layer
     assert not lean.supports(torch.nn.Linear(2, 2))
-
-
-def test_an_interrupted_lean_pass_leaves_the_cache_as_it_was():
-    model = tiny_qwen2(seed=4)
-    use_rowwise_attention(model)
-    cached = CachedModel(model)
-    cached.prefill([1, 2, 3, 4, 5])
-    interrupt = TrueAfter(1)  # layer 0 runs, layer 1 does not
-    with pytest.raises(Cancelled):
-        cached.forward([6, 7, 8], interrupt=interrupt)
-    assert interrupt.asked == 2
-    assert cached.ids == [1, 2, 3, 4, 5]
-    assert [layer.keys.shape[-2] for layer in cached._layers()] == [5, 5]
-    again = cached.forward([6, 7, 8])
-    cold = CachedModel(model).forward(list(range(1, 9)))
-    # dense float32 GEMMs of 3 and 8 rows may round differently: close, not equal
-    torch.testing.assert_close(again, cold[-3:], atol=1e-5, rtol=1e-5)

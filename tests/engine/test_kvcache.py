@@ -7,6 +7,7 @@ import torch
 from helpers import TrueAfter
 
 from codespec.engine import CachedModel, Cancelled
+from codespec.engine.attention import use_rowwise_attention
 from codespec.engine.kvcache import common_prefix_len
 
 
@@ -45,9 +46,12 @@ def test_prefill_cancels_between_chunks(target_model):
         cached.prefill(list(range(1, 20)), cancel)
 
 
-def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_model):
+@pytest.mark.parametrize("lean", [True, False], ids=["lean pass", "model's forward"])
+def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_model, lean):
+    use_rowwise_attention(target_model)  # as the engine does: the lean pass calls it
     cached = CachedModel(target_model)
-    assert len(cached.decoder_layers) == 2
+    cached.lean_decoder = lean
+    assert cached._lean() == lean and len(cached.decoder_layers) == 2
     cached.prefill([1, 2, 3, 4, 5])
     interrupt = TrueAfter(1)  # layer 0 runs, layer 1 does not
     with pytest.raises(Cancelled):
