@@ -172,7 +172,11 @@ class Workbench:
         page.wait_for_selector(row, timeout=20_000)
         page.keyboard.press("Enter")
         page.wait_for_selector(f".tab.active[aria-label*='{name}']", timeout=20_000)
-        page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
+        try:
+            page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
+        except Exception:  # a webview still loading beside it took the focus: click the text
+            page.click(".editor-group-container.active .monaco-editor .view-lines")
+            page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
 
     def command(self, title: str) -> None:
         """Run a command from the palette, by its title."""
