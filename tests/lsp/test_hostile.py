@@ -436,9 +436,13 @@ def test_bad_authentication_is_refused_cleanly(tcp_daemon, frame):
     client = tcp_client(port)
     if isinstance(frame, dict):
         frame = json.loads(json.dumps(frame).replace("TOKEN", token))
-    client.send(frame)
-    client.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
-    assert client.read() is None  # closed; nothing was dispatched
+    try:
+        client.send(frame)
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        client.send(initialize)
+    except OSError:
+        pass  # an oversized frame is refused at its header: the reset can beat our second send
+    assert _closed(client)  # closed; nothing was dispatched (a reply would fail this)
     good = tcp_client(port)
     good.send({"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}})
     assert good.initialize()["result"]
