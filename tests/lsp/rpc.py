@@ -39,6 +39,19 @@ class RawClient:
                 return None
             self.buffer += chunk
 
+    def closed(self, timeout: float = 10) -> bool:
+        """Whether the server hangs up without sending anything first.
+
+        A server that closes with our unread bytes in its buffer resets the connection
+        instead of ending it; that is a hang-up too.
+        """
+        try:
+            return self.read(timeout=timeout) is None
+        except ConnectionResetError:
+            return True
+        except (TimeoutError, OSError):
+            return False
+
     def reply_to(self, msg_id) -> dict:
         """Read until the response to ``msg_id`` (skipping notifications)."""
         while True:

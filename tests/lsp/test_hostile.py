@@ -442,7 +442,7 @@ def test_bad_authentication_is_refused_cleanly(tcp_daemon, frame):
         client.send(initialize)
     except OSError:
         pass  # an oversized frame is refused at its header: the reset can beat our second send
-    assert _closed(client)  # closed; nothing was dispatched (a reply would fail this)
+    assert client.closed()  # closed; nothing was dispatched (a reply would fail this)
     good = tcp_client(port)
     good.send({"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}})
     assert good.initialize()["result"]
@@ -459,10 +459,10 @@ def test_before_authentication_only_a_small_prompt_frame_is_read(tcp_daemon):
             client.send(b"Content-Length: %d\r\n\r\n" % (64 << 20) + b"a" * (1 << 20))
         except OSError:
             pass  # closed while we were still sending: as it should be
-        assert _closed(client)
+        assert client.closed()
     oversized = tcp_client(port)
     oversized.send(b"Content-Length: %d\r\n\r\n" % (AUTH_MAX_BODY + 1))
-    assert oversized.read() is None
+    assert oversized.closed()
     assert time.monotonic() - t0 < 10
     assert _rss_mb(proc.pid) - rss_before < 50
 
@@ -482,19 +482,10 @@ def test_idle_unauthenticated_connections_are_capped_and_timed_out(tcp_daemon):
     for client in idle:
         client.sock.settimeout(15)
     time.sleep(6)  # past the authentication timeout: the held ones are closed too
-    assert all(_closed(client) for client in idle)
+    assert all(client.closed() for client in idle)
     good = tcp_client(port)
     good.send({"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}})
     assert good.initialize()["result"]
-
-
-def _closed(client: RawClient) -> bool:
-    try:
-        return client.read(timeout=10) is None
-    except ConnectionResetError:
-        return True  # closed with our unread bytes still in its buffer
-    except (TimeoutError, OSError):
-        return False
 
 
 def _rss_mb(pid: int) -> float:

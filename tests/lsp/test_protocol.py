@@ -77,10 +77,10 @@ def test_request_after_shutdown_is_refused(daemon):
 def test_non_lsp_bytes_close_the_connection(daemon):
     client = unix_client(SOCKET)
     client.send(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
-    assert client.read() is None
+    assert client.closed()
     client = unix_client(SOCKET)
     client.send(b"Content-Length: 99999999999\r\n\r\n")
-    assert client.read() is None
+    assert client.closed()
     assert unix_client(SOCKET).initialize()["result"]  # still serving
 
 
@@ -124,14 +124,14 @@ def test_tcp_requires_the_token(tcp_daemon):
     no_token.send(
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
     )
-    assert no_token.read() is None  # closed, nothing dispatched
+    assert no_token.closed()  # closed, nothing dispatched
     wrong = tcp_client(tcp_daemon)
     wrong.send(auth(token + "x"))
     wrong.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
-    assert wrong.read() is None
+    assert wrong.closed()
     http = tcp_client(tcp_daemon)
     http.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    assert http.read() is None
+    assert http.closed()
     good = tcp_client(tcp_daemon)
     good.send(auth(token))
     assert "capabilities" in good.initialize()["result"]
