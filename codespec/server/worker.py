@@ -85,6 +85,12 @@ class Place:
     # pass); ``interrupt`` stops a prefill chunk between two layers (see ``stop``)
     cancel: threading.Event = field(default_factory=threading.Event)
     interrupt: threading.Event = field(default_factory=threading.Event)
+    # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's
+    # lock, where counting a large document's newlines would hold up every other caller
+    line: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.line = self.cursor.prefix.count("\n")
 
     def stop(self, wanted_by: Place | None = None) -> None:
         """Stop for ``wanted_by`` (a newer request or warm-up; None: nobody needs the work):
@@ -98,7 +104,7 @@ class Place:
         """Same session and document, same cursor line (typing there extends the prompt: see
         ``prompt.Anchor``)."""
         same_document = (other.session, other.uri) == (self.session, self.uri)
-        return same_document and other.cursor.prefix.count("\n") == self.cursor.prefix.count("\n")
+        return same_document and other.line == self.line
 
 
 @dataclass
