@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from .languages import GENERIC, Language, has_syntax_error
+from .languages import GENERIC, Language, has_syntax_error, parse
 
 CLOSERS = ")]}"
 OPENERS = "([{"
@@ -58,12 +58,11 @@ def indent_of(line: str) -> int:
 
 
 def _in_comment_or_string(cursor: Cursor) -> bool:
-    parser = cursor.language.parser
-    if parser is None:
+    tree = parse(cursor.language, cursor.prefix + cursor.suffix)
+    if tree is None:
         return False
-    source = (cursor.prefix + cursor.suffix).encode("utf-8")
     offset = len(cursor.prefix.encode("utf-8"))
-    node = parser.parse(source).root_node.descendant_for_byte_range(max(offset - 1, 0), offset)
+    node = tree.root_node.descendant_for_byte_range(max(offset - 1, 0), offset)
     while node is not None:
         if "comment" in node.type or node.type in ("string", "string_content", "template_string"):
             return node.start_byte < offset < node.end_byte or node.type.endswith("comment")
