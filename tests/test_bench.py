@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from codespec.bench import corpus, report, sources
-from codespec.bench.runner import quality
+from codespec.bench.runner import MAX_ROUNDS, ROUND_TOKENS, quality, rounds_for
 from codespec.languages import LANGUAGES
 
 LUA = """local M = {}
@@ -290,6 +291,11 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
     assert result["overall"]["holes"] == 4 == len(result["corpus"]["holes"])
     assert set(result["by_kind"]) == {"line", "copy"}
     assert result["holes"][0]["plain"]["tokens"] <= 8
+    for hole in result["holes"]:  # short completions: timed in rounds, the median kept
+        for mode in ("spec", "plain"):
+            run = hole[mode]
+            assert len(run["rounds_ms"]) == rounds_for(hole["plain"]["tokens"]) > 1
+            assert run["total_ms"] == pytest.approx(statistics.median(run["rounds_ms"]))
     assert all(h["hole"]["language"] == "python" for h in result["holes"])
     text = docs.read_text()
     assert "hand-written text stays" in text and "<!-- bench:start" in text
@@ -383,3 +389,37 @@ def test_peer_prompt_is_the_prompt_complete_builds(tiny_manifest, corpus_dir):
         options = options_for(hole, settings)
         result = complete(pair, cursor_of(hole), options, path=Path(hole.file).name)
         assert prompt_ids(pair, hole, settings) == result.anchor.ids
+
+
+def test_short_completions_are_timed_in_rounds():
+    assert rounds_for(0) == rounds_for(1) == MAX_ROUNDS
+    assert rounds_for(ROUND_TOKENS // 4) == 4 and rounds_for(ROUND_TOKENS // 2) == 2
+    assert rounds_for(ROUND_TOKENS) == rounds_for(10 * ROUND_TOKENS) == 1
+
+
+def test_every_round_starts_from_the_policy_state_of_the_first(
+    tiny_manifest, corpus_dir, monkeypatch
+):
+    """A round replays the first round's situation (its probes and decisions included); the
+    next hole sees the policy as one round left it."""
+    from codespec.bench import runner
+    from codespec.completion import complete
+    from codespec.runtime import load_pair
+
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
+    packages = sources.packages(corpus_dir, {"python"})
+    (hole,) = corpus.sample_holes(packages, "python", "line", 1, seed=1)
+    seen = []  # the policy's state when each speculative run starts
+
+    def recording_complete(pair, cursor, options, **kwargs):
+        if options.speculate and options.max_tokens > 1:
+            policy = pair.engine.policy
+            seen.append((policy.passes, dict(policy.decisions), policy.pass_s[1].value))
+        return complete(pair, cursor, options, **kwargs)
+
+    monkeypatch.setattr(runner, "complete", recording_complete)
+    row = runner.run_hole(pair, hole, runner.BenchSettings(max_tokens=6), spec_first=True)
+    assert len(seen) == len(row["spec"]["rounds_ms"]) == rounds_for(row["plain"]["tokens"]) > 1
+    assert all(state == seen[0] for state in seen)
+    assert pair.engine.policy.passes > seen[0][0]  # what the first round taught it stays
+    assert row["exact"]

@@ -5,14 +5,20 @@ For each hole, on the resident pair:
 1. cold: a request at a new cursor (the cache holds the previous hole's prompt), one token:
    the full prefill, i.e. the time to first token after a jump to another place;
 2. plain and speculative greedy decoding on the same warm cache, in alternating order, with the
-   stop rules on: their outputs are compared token by token, their speeds as a ratio;
+   stop rules on: their outputs are compared token by token, their speeds as a ratio. A short
+   completion takes a few passes, and one pass's noise (+-10-15% on a shared 2-core machine)
+   would swing its ratio as much: completions under ``ROUND_TOKENS`` tokens are timed in up to
+   ``MAX_ROUNDS`` rounds, each from the speculation policy's state before the first (the same
+   decisions, probes included), and their median times kept;
 3. warm: the user types one to three characters of the removed text at the cursor; the cached
    prompt is extended (KV reuse) and the time to first token measured.
 """
 
 from __future__ import annotations
 
+import copy
 import resource
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 
@@ -69,12 +75,23 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
     prompt = cold.anchor.ids
     check_no_leak(hole, *prompt_texts(pair, prompt))
 
-    decisions_before = dict(pair.engine.policy.decisions)
-    results: dict[str, CompletionResult] = {}
+    engine = pair.engine
+    decisions_before = dict(engine.policy.decisions)
+    first: dict[str, CompletionResult] = {}
     for speculate in (True, False) if spec_first else (False, True):
-        results["spec" if speculate else "plain"] = run(speculate=speculate)
-    spec, plain = results["spec"], results["plain"]
-    decisions = {k: v - decisions_before.get(k, 0) for k, v in pair.engine.policy.decisions.items()}
+        if speculate:
+            start = copy.deepcopy(engine.policy)  # what the speculative run starts from
+        first["spec" if speculate else "plain"] = run(speculate=speculate)
+    spec, plain = first["spec"], first["plain"]
+    decisions = {k: v - decisions_before.get(k, 0) for k, v in engine.policy.decisions.items()}
+    rounds, learned = [first], engine.policy
+    for i in range(1, rounds_for(plain.stats.tokens)):
+        again: dict[str, CompletionResult] = {}
+        for speculate in (True, False) if spec_first == (i % 2 == 0) else (False, True):
+            engine.policy = copy.deepcopy(start)  # the first speculative run's situation
+            again["spec" if speculate else "plain"] = run(speculate=speculate)
+        rounds.append(again)
+    engine.policy = learned  # the next hole sees what one round taught it
 
     warm = complete(
         pair,
@@ -84,15 +101,15 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
         anchor=spec.anchor,
     )
 
-    exact = spec.tokens == plain.tokens
+    exact = all(r["spec"].tokens == r["plain"].tokens == plain.tokens for r in rounds)
     return dict(
         hole=hole.describe(),
         prompt_tokens=len(prompt),
         cold_ttft_ms=1000 * cold.stats.ttft_s,
         ttft_ms=1000 * warm.stats.ttft_s,
         warm_prefill_tokens=warm.stats.prefill_tokens,
-        spec=run_record(spec),
-        plain=run_record(plain),
+        spec=run_record(spec, [r["spec"] for r in rounds]),
+        plain=run_record(plain, [r["plain"] for r in rounds]),
         draft_decisions=decisions,
         exact=exact,
         divergence_logit_gap=None if exact else divergence_gap(pair, prompt, plain, spec),
@@ -106,12 +123,27 @@ def typed_at_cursor(hole: Hole) -> str:
     return hole.truth.split("\n", 1)[0][: 1 + hole.line % 3]
 
 
-def run_record(result: CompletionResult) -> dict:
+# completions shorter than this many tokens are timed in several rounds (see the docstring)
+ROUND_TOKENS = 32
+MAX_ROUNDS = 5
+
+
+def rounds_for(tokens: int) -> int:
+    """How many rounds a completion of ``tokens`` tokens is timed in: enough for about
+    ``ROUND_TOKENS`` tokens in all, at most ``MAX_ROUNDS``."""
+    return max(1, min(MAX_ROUNDS, -(-ROUND_TOKENS // max(tokens, 1))))
+
+
+def run_record(result: CompletionResult, rounds: list[CompletionResult] | None = None) -> dict:
+    """One mode's figures for a hole: the first round's counts and the median time of all
+    rounds (``rounds``, the first included; just ``result`` when None)."""
     s = result.stats
+    times = [1000 * r.stats.total_s for r in rounds or [result]]
     return dict(
         tokens=s.tokens,
         passes=s.target_passes + 1,  # the first token comes from the prefill pass
-        total_ms=1000 * s.total_s,
+        total_ms=statistics.median(times),
+        rounds_ms=times,
         ttft_ms=1000 * s.ttft_s,
         proposed=dict(s.proposed),
         accepted=dict(s.accepted),
