@@ -103,6 +103,7 @@ def complete(
         temperature=options.temperature,
         seed=options.seed,
         speculate=options.speculate,
+        context=mode.value,
     )
     generation = pair.engine.generate(
         prompt, params, cancel=cancel, stop_rule=rule, interrupt=interrupt

@@ -54,6 +54,7 @@ class GenerationParams:
     speculate: bool = True  # False: plain decoding, one token per target pass
     use_ngram: bool = True
     use_draft: bool = True  # allowed; the adaptive policy still decides per pass
+    context: str = ""  # what kind of completion (e.g. "line"): the policy learns per context
 
 
 @dataclass
@@ -254,7 +255,7 @@ class Engine:
             rng = torch.Generator(device="cpu")
             rng.manual_seed(params.seed if params.seed is not None else int(time.time_ns()))
         with self.lock:
-            self.policy.begin_request()
+            self.policy.begin_request(params.context)
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(

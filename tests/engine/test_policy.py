@@ -1,8 +1,11 @@
 """The adaptive policy: verify the chain length that maximises expected tokens per second, from
 measured pass costs and acceptance per context; re-measure what it stops using."""
 
+import pytest
+
 from codespec.engine.policy import (
     ACCEPTANCE_PROBE_GAP,
+    NGRAM_PRIOR,
     WIDTH_PROBE_GAP,
     SpeculationPolicy,
 )
@@ -50,6 +53,24 @@ def test_acceptance_is_learned_per_match_length():
     assert policy.ngram_rate(6) > 0.9 and policy.ngram_rate(1) < 0.1
     assert policy.chain_length([policy.ngram_rate(6)] * 8) >= 3
     assert policy.chain_length([policy.ngram_rate(1)] * 8) == 0
+
+
+def test_acceptance_is_learned_per_context():
+    """Lookup that misses in rest-of-line completions does not hold back blocks, or the
+    other way round; a context never seen starts from the prior."""
+    policy = policy_with(CPU_COSTS)
+    for _ in range(20):
+        policy.begin_request("line")
+        policy.observe_ngram(evidence=3, proposed=4, accepted=0)
+        policy.begin_request("block")
+        policy.observe_ngram(evidence=3, proposed=4, accepted=4)
+    policy.begin_request("line")
+    line = policy.ngram_rate(3)
+    policy.begin_request("block")
+    block = policy.ngram_rate(3)
+    policy.begin_request("another")
+    assert line < 0.1 and block > 0.9 and policy.ngram_rate(3) == pytest.approx(NGRAM_PRIOR)
+    assert policy.chain_length([line] * 8) == 0 and policy.chain_length([block] * 8) >= 3
 
 
 def test_a_poor_offer_is_still_tried_now_and_then():
