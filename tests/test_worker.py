@@ -1,11 +1,13 @@
 """A warm-up gives way to a request: between two decoder layers when the request is elsewhere,
 at the end of the running prefill chunk when the request is at the warmed place (that chunk is
-the request's own prefill).
+the request's own prefill). A request's wait is capped once the model is ready, not while it
+loads.
 
 A real worker and engine on the tiny pair; every decoder layer of the target is slowed down, so
 that a warm-up's prefill chunk is long enough to be caught in the middle.
 """
 
+import threading
 import time
 
 import pytest
@@ -144,3 +146,37 @@ def test_a_newer_request_stops_the_prefill_of_the_previous_one(
     assert ran.count(rows) == (1 if elsewhere else 2)
     if not elsewhere:
         assert worker.stats.last_prompt["cached_tokens"] >= rows - 1  # all but the last token
+
+
+def test_the_queue_deadline_counts_from_when_the_model_was_ready(slow_pair):
+    """A slow load (a cold disk, a busy machine) must not drop the requests made meanwhile:
+    the editor asked once and shows the load; once the model is ready it gets its answer. Once
+    the model is ready, a request left waiting behind a long one is dropped as before."""
+    pair, ran = slow_pair
+    pair.engine.target.reset()
+    loaded = threading.Event()
+
+    def get_pair():
+        loaded.wait()
+        return pair
+
+    worker = Worker(get_pair, queue_deadline_s=0.5)
+    try:
+        # the worker takes the first request and waits for the load; the second, newer,
+        # waits in the queue (the first is superseded: answered empty when the load ends)
+        superseded = worker.submit(Job(**place("file:///h.py", "import os\n\n\ndef f():\n", 4)))
+        time.sleep(0.2)  # the worker has taken it
+        during_load = worker.submit(Job(**place("file:///h.py", "import os\n\n\ndef g():\n", 4)))
+        time.sleep(1.5)  # three deadlines while "loading"
+        loaded.set()
+        assert superseded.result(timeout=60) is None
+        assert during_load.result(timeout=60) is not None
+        assert worker.stats.expired == 0
+        ran.clear()
+        long = worker.submit(Job(**place("file:///j.py", BODY, 60)))
+        first_chunk_rows(ran)  # it runs: the next request waits behind it
+        behind = worker.submit(Job(**place("file:///k.py", "x = 1\n", 1)))
+        assert long.result(timeout=60) is not None
+        assert behind.result(timeout=60) is None and worker.stats.expired == 1
+    finally:
+        worker.stop()

@@ -11,7 +11,9 @@ Scheduling rules:
 * sessions are served round-robin, so one busy editor cannot starve another;
 * the queue is bounded: past ``MAX_QUEUED`` waiting requests the oldest is answered empty, and
   a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
-  editor has moved on; a late ghost text is worse than none);
+  editor has moved on; a late ghost text is worse than none). The wait counts from when the
+  model was ready: a request made while the model loads is served once it is (the editor
+  shows the load; a request whose document changed meanwhile is stale and skipped anyway);
 * a failure inside the model call fails that job only; the worker goes on with the next;
 * the heap is trimmed (``memory.py``) after a quiet second, not after each request;
 * every request, however it ends, leaves one row for the acceptance stats (``record``, see
@@ -42,7 +44,7 @@ from ..stats.record import Timing, new_id, request_row
 from ..stops import Cursor, Mode
 
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
-QUEUE_DEADLINE_S = 30.0  # the longest a request waits for the model before it is dropped
+QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it is dropped
 # Quiet seconds after a request before the heap is trimmed: a trim takes ~20 ms, and a trim
 # after every request made the next keystroke's request wait for it.
 TRIM_AFTER_IDLE_S = 1.0
@@ -150,8 +152,11 @@ class Worker:
         get_pair: Callable[[], object],
         pass_delay_s: float = 0.0,
         record: Callable[[dict], None] | None = None,
+        queue_deadline_s: float = QUEUE_DEADLINE_S,
     ) -> None:
         self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
+        self.queue_deadline_s = queue_deadline_s
+        self.ready_since: float | None = None  # when get_pair first returned (the model loaded)
         self.record = record  # takes each request's stats row (see codespec/stats/record.py)
         self.pass_delay_s = pass_delay_s  # testing aid: slow each target pass down
         self.queues: dict[int, collections.deque[Job]] = {}
@@ -275,9 +280,7 @@ class Worker:
                     session = self.order[0]
                     self.order.rotate(-1)
                     queue = self.queues.get(session)
-                    while (
-                        queue and time.perf_counter() - queue[0].timing.arrived > QUEUE_DEADLINE_S
-                    ):
+                    while queue and self._overdue(queue[0]):
                         self.stats.expired += 1
                         self._answer_empty(queue.popleft(), "expired")
                     if queue:
@@ -293,6 +296,20 @@ class Worker:
                     self.trim_due = False
                     self._trim_unlocked()
             return None
+
+    def _overdue(self, job: Job) -> bool:
+        """Has ``job`` waited past the deadline since it came or the model was ready, whichever
+        is later? (While the model loads, nothing is overdue.)"""
+        if self.ready_since is None:
+            return False
+        waited = time.perf_counter() - max(job.timing.arrived, self.ready_since)
+        return waited > self.queue_deadline_s
+
+    def _pair(self):
+        pair = self.get_pair()
+        if self.ready_since is None:
+            self.ready_since = time.perf_counter()
+        return pair
 
     def _trim_unlocked(self) -> None:
         """Give back the heap pages that requests' temporaries left free (``memory.py``), with
@@ -340,7 +357,7 @@ class Worker:
             self._record(job, "stale")
             return
         try:
-            pair = self.get_pair()
+            pair = self._pair()
             forwards = pair.engine.target  # counts target forward passes, for cancel checks
             job.cancel.probe = lambda: forwards.forward_calls
             result: CompletionResult = complete(
@@ -388,7 +405,7 @@ class Worker:
         current = job.current_version()
         if job.cancel.is_set() or (current is not None and current > job.version):
             return
-        pair = self.get_pair()
+        pair = self._pair()
         # the prompt a request here would use: typing at an anchored cursor extends its prompt
         anchored = job.anchors.get(job.uri) if job.anchors is not None else None
         prompt, anchor = prompt_at(

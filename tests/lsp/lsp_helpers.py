@@ -36,6 +36,20 @@ def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
     raise TimeoutError(f"no daemon on {path}")
 
 
+def wait_for_model(proc, timeout: float = 180.0) -> None:
+    """Until the daemon's background load has finished (its log says so): a test that
+    measures the daemon's memory must not count the model arriving."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = proc.log_path.read_text()
+        if "model ready" in log or "model failed to load" in log:
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"the daemon exited: {log[-2000:]}")
+        time.sleep(0.1)
+    raise TimeoutError("the daemon's model did not load")
+
+
 def start_daemon(
     manifest: Path,
     *extra: str,

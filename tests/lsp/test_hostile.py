@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lsp_helpers import SOCKET, start_daemon, wait_for_socket
+from lsp_helpers import SOCKET, start_daemon, wait_for_model, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
 from codespec.server.daemon import AUTH_MAX_BODY, MAX_UNAUTHENTICATED
@@ -400,6 +400,7 @@ def tcp_daemon(tiny_manifest, tmp_path_factory, config_home):
     port = free_port()
     proc, path = serve(tmp_path_factory.mktemp("tcp"), tiny_manifest, "--tcp", str(port), env=env)
     wait_for_socket(path)
+    wait_for_model(proc)  # the load grows the daemon's memory: not what a test here measures
     token = (home / "codespec" / "daemon.token").read_text().strip()
     yield port, token, proc
     proc.terminate()
