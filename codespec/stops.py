@@ -7,7 +7,8 @@ cleans the final text. Rules, in the order they are checked on each complete lin
 
 1. single-line mode: the end of the first line;
 2. a line that dedents below the block the cursor is in (indentation languages, and any language
-   after a blank-line gap: the completion has moved on to the next item);
+   after a blank-line gap: the completion has moved on to the next item), judged as soon as the
+   line's first non-blank character comes;
 3. a closing bracket that the text after the cursor already supplies (cut before its line), or
    one it does not supply (the completion closes the block it started in: stop after its line);
 4. the file parses again: prefix + completion + suffix has no syntax error although prefix +
@@ -141,7 +142,8 @@ class StopChecker:
     def cut(self, completion: str, final: bool = False) -> int | None:
         """Character index where ``completion`` must end, or None to keep generating.
 
-        Only complete lines are judged (plus the last one when ``final``).
+        Complete lines are judged (plus the last one when ``final``); the line being
+        generated only by its indentation (rule 2).
         """
         if self.mode is Mode.LINE:
             newline = completion.find("\n")
@@ -173,6 +175,11 @@ class StopChecker:
             if i > 0:
                 gap = not stripped
             offset = end + 1
+        # Rule 2 needs only a line's indentation, known at its first non-blank character: the
+        # line being generated is judged now (same cut as once it is complete, a line sooner).
+        last = lines[-1]
+        if not final and len(lines) > 1 and last.strip() and self._dedents(last, gap):
+            return offset
         return None
 
     # -- rules --------------------------------------------------------------------------------

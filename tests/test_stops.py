@@ -107,6 +107,41 @@ def test_max_lines():
     assert text[: checker.cut(text)] == "a = 1\n    b = 2\n    c = 3"
 
 
+def first_cut(checker: StopChecker, completion: str, ends: list[int]) -> tuple[int, int | None]:
+    """The first of ``completion[:end]`` for ``end`` in ``ends`` that the checker cuts, and
+    where; (len, None) if none is cut."""
+    for end in ends:
+        cut = checker.cut(completion[:end])
+        if cut is not None:
+            return end, cut
+    return len(completion), None
+
+
+@pytest.mark.parametrize("language, case", load_cases())
+def test_judging_the_growing_line_only_stops_sooner(language, case):
+    """Fed one character at a time, the rules find the same cut as when they are asked only
+    at line ends (complete lines), never later."""
+    cursor = cursor_of(language, case["source"])
+    mode = decide_mode(cursor)
+    if mode is Mode.NONE:
+        return
+    completion = case["completion"]
+    every_char = first_cut(StopChecker(cursor, mode), completion, range(1, len(completion) + 1))
+    line_ends = [i + 1 for i, c in enumerate(completion) if c == "\n"]
+    at_line_ends = first_cut(StopChecker(cursor, mode), completion, line_ends)
+    assert every_char[1] == at_line_ends[1] and every_char[0] <= at_line_ends[0]
+
+
+def test_a_dedenting_line_is_judged_before_it_is_complete():
+    cursor = Cursor("def f(x):\n    ", "\n", language_for("python"))
+    checker = StopChecker(cursor, Mode.BLOCK)
+    assert checker.cut("y = x + 1\n    return y\n") is None  # still inside the body
+    assert checker.cut("y = x + 1\n    return y\n  ") is None  # blank so far: no indentation yet
+    text = "y = x + 1\n    return y\nd"
+    assert text[: checker.cut(text)] == "y = x + 1\n    return y\n"
+    assert checker.cut(text + "ef g():\n") == checker.cut(text)
+
+
 class CharTokenizer:
     """One token per character: the stop hook's token <-> text mapping, without a model."""
 
