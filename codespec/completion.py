@@ -108,18 +108,21 @@ def complete(
     generation = pair.engine.generate(
         prompt, params, cancel=cancel, stop_rule=rule, interrupt=interrupt
     )
+
+    def stopped_by_rule() -> bool:
+        return generation.stats.stop_reason == "stop_rule"
+
     for _ in generation:
         if on_text is not None:
-            text = (
-                rule.text
-                if rule and rule.text is not None
-                else pair.tokenizer.decode(generation.tokens)
-            )
+            if rule is not None and stopped_by_rule():
+                text = rule.finish(generation.tokens, stopped_here=True)
+            else:
+                text = pair.tokenizer.decode(generation.tokens)
             text = settled(text, mode)
             if text and not text.endswith("\ufffd"):  # wait for a multi-byte character's end
                 on_text(text)
     if rule is not None:
-        text = rule.finish(generation.tokens)
+        text = rule.finish(generation.tokens, stopped_here=stopped_by_rule())
         text = shape(drop_partial_line(text, mode, generation.stats.stop_reason), cursor, mode)
     else:
         text = pair.tokenizer.decode(generation.tokens)

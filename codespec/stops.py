@@ -245,19 +245,24 @@ def drop_partial_line(text: str, mode: Mode, stop_reason: str) -> str:
 
 
 class TextStopRule:
-    """The engine's stop hook over text: decode, ask the checker, map the cut back to tokens."""
+    """The engine's stop hook over text: decode, ask the checker, map the cut back to tokens.
+
+    The engine also asks it about tokens that were only proposed (how far a proposal can
+    matter, ``loop._Output.horizon``), so a call changes nothing the caller reads: the text
+    each cut leaves is remembered by the tokens it keeps, and read back for the tokens that
+    generation actually kept.
+    """
 
     def __init__(self, tokenizer: Any, checker: StopChecker) -> None:
         self.tokenizer = tokenizer
         self.checker = checker
-        self.text: str | None = None  # the completion cut at the stop point, once stopped
+        self._cut_texts: dict[tuple[int, ...], str] = {}  # kept tokens -> text cut at the stop
 
     def __call__(self, tokens: list[int]) -> int | None:
         text = self.tokenizer.decode(tokens)
         cut = self.checker.cut(text)
         if cut is None:
             return None
-        self.text = text[:cut]
         # Keep the fewest tokens whose text covers the cut (the last one may run past it).
         lo, hi = 0, len(tokens)
         while lo < hi:
@@ -266,12 +271,14 @@ class TextStopRule:
                 hi = mid
             else:
                 lo = mid + 1
+        self._cut_texts[tuple(tokens[:lo])] = text[:cut]
         return lo
 
-    def finish(self, tokens: list[int]) -> str:
-        """The completion text after generation ended (stopped here, or for another reason)."""
-        if self.text is not None:
-            return self.text
+    def finish(self, tokens: list[int], stopped_here: bool) -> str:
+        """The completion text of the generated ``tokens``: as this rule cut them when it
+        stopped generation (``stopped_here``), else decoded and judged as final."""
+        if stopped_here:
+            return self._cut_texts[tuple(tokens)]  # the last call: the one that stopped it
         text = self.tokenizer.decode(tokens)
         cut = self.checker.cut(text, final=True)
         return text if cut is None else text[:cut]

@@ -154,8 +154,11 @@ def test_text_stop_rule_maps_the_cut_to_tokens():
     rule = TextStopRule(CharTokenizer(), StopChecker(cursor, Mode.LINE))
     tokens = [ord(c) for c in "42\nz = 1"]
     assert rule(tokens[:2]) is None
-    assert rule(tokens) == 2 and rule.text == "42"
-    assert rule.finish(tokens) == "42"
+    assert rule(tokens) == 2
+    assert rule.finish(tokens[:2], stopped_here=True) == "42"
+    assert rule.finish([ord(c) for c in "42"], stopped_here=False) == "42"  # judged as final
+    assert rule(tokens[:5]) == 2  # asking again (a proposal, say) changes nothing
+    assert rule.finish(tokens[:2], stopped_here=True) == "42"
 
 
 def test_typing_at_an_anchored_cursor_only_extends_the_prompt():

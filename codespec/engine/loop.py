@@ -35,7 +35,8 @@ from .tree import TokenTree
 from .verify import logits_to_probs, sample, walk_tree
 
 # Given every token generated so far, return how many to keep if generation must stop there
-# (syntax-aware rules plug in here), or None to go on.
+# (syntax-aware rules plug in here), or None to go on. It is also asked about tokens that were
+# only proposed (``_Output.horizon``), so it must not act on being called.
 StopRule = Callable[[list[int]], "int | None"]
 # Seconds of prefill per chunk (by the speed measured at load). Larger chunks prefill faster
 # (on a 2-core AVX2 CPU 50 tokens/s in 1 s chunks, 56 in 2 s), and they cost a request little:
@@ -133,6 +134,29 @@ class _Output:
         fresh = self.tokens[start:]
         self.stats.tokens = len(self.tokens)
         return fresh
+
+    def horizon(self, proposal: list[int]) -> int:
+        """How many tokens of ``proposal`` (a chain that would follow the generated tokens) are
+        worth verifying: those before the first one at which generation would stop. That one
+        is not needed either: when everything before it is accepted, the pass's bonus token is
+        the target's own choice there, and the stop rules judge it then.
+
+        The rules judge a growing text, and once they stop it they stop every longer one, so
+        the first stopping prefix is found by bisection (a few calls of the rule)."""
+        for i, token in enumerate(proposal):
+            if token in self.stop_ids:
+                proposal = proposal[:i]
+                break
+        if self.rule is None or not proposal or self.rule(self.tokens + proposal) is None:
+            return len(proposal)
+        lo, hi = 1, len(proposal)  # the rule stops proposal[:hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.rule(self.tokens + proposal[:mid]) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
 
     def _finish(self, reason: str, dropped: int) -> None:
         self.done = True
@@ -271,11 +295,7 @@ class Engine:
                     if cancel is not None and cancel.is_set():
                         raise Cancelled()
                     # 2) Propose: n-gram spans and/or a draft chain, merged into one tree.
-                    context = prompt + out.tokens
-                    remaining = params.max_tokens - len(out.tokens)
-                    tree, evidence, draft_start, draft_s = self._propose(
-                        context, remaining, params, rng
-                    )
+                    tree, evidence, draft_start, draft_s = self._propose(prompt, out, params, rng)
                     # 3) Verify: ONE target pass over [pending] + tree (a cancel stops it
                     # between two layers: its tokens would be thrown away anyway).
                     base = len(self.target.ids)
@@ -307,9 +327,13 @@ class Engine:
             return int(torch.argmax(logits).item())
         return sample(logits_to_probs(logits, temperature), rng)
 
-    def _propose(self, context, remaining, params, rng) -> tuple[TokenTree, int, int | None, list]:
+    def _propose(
+        self, prompt, out: _Output, params, rng
+    ) -> tuple[TokenTree, int, int | None, list]:
         """Build this pass's token tree, sized by the policy. Returns (tree, the best n-gram
         match length, node the draft grew from or None, draft step times)."""
+        context = prompt + out.tokens
+        remaining = params.max_tokens - len(out.tokens)
         tree = TokenTree()
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
         cap = min(self.policy.max_nodes_limit, remaining - 1)
@@ -327,7 +351,8 @@ class Engine:
         rates = [
             ngram_rate if "ngram" in tree.sources[i] else self.policy.draft.rate for i in chain
         ]
-        k = self.policy.chain_length(rates)
+        # ... and none past where the stop rules would end generation (wasted width).
+        k = min(self.policy.chain_length(rates), out.horizon([tree.tokens[i] for i in chain]))
         width = self.policy.width(k, len(tree))
         keep = chain[:k] + [i for i in range(len(tree)) if i not in chain][: max(0, width - k)]
         keep = [i for i in keep if all(p in keep for p in tree.path_to(i)[:-1])]

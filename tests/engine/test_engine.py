@@ -90,21 +90,48 @@ def test_stop_token_ends_generation(target_model):
 
 
 def test_stop_rule_inside_an_accepted_span(target_model):
-    """A stop in the middle of a speculated span drops the tokens after it."""
+    """A stop that needs a token of look-ahead (as a line rule judging a line once the next
+    one starts) drops what the stopping pass accepted after the stop point."""
     prompt = PROMPTS[1]
     reference = naive_greedy(target_model, prompt, 48)
     engine = make_engine(target_model, target_model, draft_mode="on")
 
-    def stop_after_seven(tokens):
-        return 7 if len(tokens) >= 7 else None
+    def seven_once_eight_are_seen(tokens):
+        return 7 if len(tokens) >= 8 else None
 
     generation = engine.generate(
-        prompt, GenerationParams(max_tokens=48), stop_rule=stop_after_seven
+        prompt, GenerationParams(max_tokens=48), stop_rule=seven_once_eight_are_seen
     )
     assert generation.run() == reference[:7]
     stats = generation.stats
     assert stats.stop_reason == "stop_rule"
-    assert stats.dropped_past_stop > 0  # the pass that crossed the stop accepted more
+    assert stats.dropped_past_stop == 1  # the eighth, which the rule needed to see
+
+
+@pytest.mark.parametrize("stop_at", [1, 2, 5, 7, 13])
+def test_nothing_past_the_stop_is_verified(target_model, stop_at):
+    """The drafter (the target itself: always right) would propose long chains; a pass never
+    verifies a token past where the stop rule ends generation, nor the one it stops at (the
+    bonus token supplies it)."""
+    prompt = PROMPTS[1]
+    reference = naive_greedy(target_model, prompt, 48)
+    engine = make_engine(target_model, target_model, draft_mode="on")
+    calls = []
+
+    def stop_rule(tokens):
+        calls.append(len(tokens))
+        return stop_at if len(tokens) >= stop_at else None
+
+    generation = engine.generate(prompt, GenerationParams(max_tokens=48), stop_rule=stop_rule)
+    assert generation.run() == reference[:stop_at]
+    stats = generation.stats
+    assert stats.dropped_past_stop == 0 and stats.tokens == stop_at
+    generated = 1  # the prefill's token
+    for width, kept, _ in stats.pass_log:
+        assert width - 1 <= max(0, stop_at - generated - 1)  # proposed nodes
+        generated += kept + 1
+    assert stats.target_passes <= max(1, stop_at - 1)  # at least one node per pass paid off
+    assert len(calls) < 8 * (stats.target_passes + 1)  # a few rule calls per pass
 
 
 def test_streaming_yields_every_token_once(target_model):
@@ -152,9 +179,10 @@ def test_sampling_keeps_the_target_distribution():
     trials, drafted, accepted = 3000, 0, 0
     for seed in range(trials):
         # The first token comes from the prefill, the second from a speculative pass (the
-        # draft proposes a chain, the stop rule keeps two tokens).
+        # draft proposes it; the stop rule keeps two tokens once it sees a third, so the
+        # proposal is worth verifying: see ``_Output.horizon``).
         params = GenerationParams(max_tokens=8, temperature=1.0, seed=seed)
-        g = engine.generate(prompt, params, stop_rule=lambda ts: 2 if len(ts) >= 2 else None)
+        g = engine.generate(prompt, params, stop_rule=lambda ts: 2 if len(ts) >= 3 else None)
         t1, t2 = g.run()
         counts[t1 * vocab + t2] += 1
         drafted += g.stats.proposed["draft"]
@@ -167,7 +195,8 @@ def test_sampling_keeps_the_target_distribution():
     dof = int(keep.sum())  # cells - 1, with the pooled cell
     # chi-squared 99.9% quantile ~ dof + 3.1 * sqrt(2 dof) + 3 (Wilson-Hilferty, generous)
     assert stat < dof + 3.1 * (2 * dof) ** 0.5 + 3, (stat, dof)
-    assert drafted >= trials and 0 < accepted < drafted  # the draft took part, and was judged
+    # the draft took part in many trials (n-gram offers take the one slot in others), judged
+    assert drafted >= trials // 3 and 0 < accepted < drafted
 
 
 class CancelAfter(threading.Event):
