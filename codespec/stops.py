@@ -277,8 +277,8 @@ class TextStopRule:
     def finish(self, tokens: list[int], stopped_here: bool) -> str:
         """The completion text of the generated ``tokens``: as this rule cut them when it
         stopped generation (``stopped_here``), else decoded and judged as final."""
-        if stopped_here:
-            return self._cut_texts[tuple(tokens)]  # the last call: the one that stopped it
+        if stopped_here and tuple(tokens) in self._cut_texts:
+            return self._cut_texts[tuple(tokens)]  # written last by the call that stopped it
         text = self.tokenizer.decode(tokens)
         cut = self.checker.cut(text, final=True)
         return text if cut is None else text[:cut]
