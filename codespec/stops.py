@@ -26,6 +26,7 @@ from typing import Any
 
 from .languages import GENERIC, Language, has_syntax_error, parse
 
+MAX_REMEMBERED_PARSES = 256  # rule 4's verdicts kept per completion (see StopChecker)
 CLOSERS = ")]}"
 OPENERS = "([{"
 QUOTES = "\"'`"
@@ -136,6 +137,9 @@ class StopChecker:
             self.block_indent = indent_of(before) + 1
         self.doc_had_error = has_syntax_error(lang, cursor.prefix + cursor.suffix)
         self.suffix_lines = [s.strip() for s in cursor.suffix.split("\n") if s.strip()]
+        # Rule 4's verdicts by completion text: every call re-judges all complete lines, and a
+        # parse of a large file whose syntax error lies elsewhere can take tens of milliseconds.
+        self._parses: dict[str, bool] = {}
         # On a blank cursor line the completion's first line is a whole line of code.
         self.whole_first_line = before.strip() == "" and cursor.line_after.strip() == ""
 
@@ -205,8 +209,12 @@ class StopChecker:
     def _file_parses_with(self, text: str) -> bool:
         if not self.doc_had_error:  # nothing to complete syntactically, or no grammar
             return False
-        whole = self.cursor.prefix + text + self.cursor.suffix
-        return has_syntax_error(self.cursor.language, whole) is False
+        if text not in self._parses:
+            if len(self._parses) >= MAX_REMEMBERED_PARSES:
+                self._parses.clear()
+            whole = self.cursor.prefix + text + self.cursor.suffix
+            self._parses[text] = has_syntax_error(self.cursor.language, whole) is False
+        return self._parses[text]
 
 
 def shape(completion: str, cursor: Cursor, mode: Mode) -> str:

@@ -142,6 +142,28 @@ def test_a_dedenting_line_is_judged_before_it_is_complete():
     assert checker.cut(text + "ef g():\n") == checker.cut(text)
 
 
+def test_each_complete_line_is_parsed_once(monkeypatch):
+    """Rule 4 parses the whole file per complete line; the checker is asked after every token
+    (and about proposals), so each line's verdict is remembered, not parsed again. A file whose
+    syntax error lies elsewhere (here an unclosed bracket far above) never parses: without the
+    memory every call re-parsed every complete line."""
+    import codespec.stops as stops
+
+    parses = []
+    real = stops.has_syntax_error
+    monkeypatch.setattr(stops, "has_syntax_error", lambda *a: parses.append(1) or real(*a))
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(50))
+    cursor = Cursor("x = (\n" + body + "def g(y):\n    ", "\n" + body, language_for("python"))
+    checker = StopChecker(cursor, Mode.BLOCK)
+    assert checker.doc_had_error
+    parses.clear()
+    completion = "a = y + 1\n    b = a * 2\n    c = b - 3\n    return c\n"
+    cuts = [checker.cut(completion[:n]) for n in range(1, len(completion) + 1)]
+    assert set(cuts) == {None}  # the file never parses: rule 4 never stops it
+    assert len(parses) == completion.count("\n")  # once per complete line
+    assert checker.cut(completion) is None and len(parses) == completion.count("\n")
+
+
 class CharTokenizer:
     """One token per character: the stop hook's token <-> text mapping, without a model."""
 
