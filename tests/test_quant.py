@@ -2,6 +2,7 @@
 model decoded speculatively is token-identical to plain decoding of that same model."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +21,16 @@ from codespec.models import (
 from codespec.quant import kernels
 from codespec.quant.from_gguf import Q4_K_BLOCK_BYTES, hf_name, q4_k_to_int4
 from codespec.quant.layers import (
+    Int8Weight,
     QuantEmbedding,
     QuantLinear,
+    pack_int4,
     quantize_int4,
     quantize_int8,
+    requantize_int8,
     unpack_stored,
 )
-from codespec.quant.load import build_quantized, quantize_dense
+from codespec.quant.load import WEIGHTS_FILE, build_quantized, quantize_dense, read_stored
 
 
 def random_q4_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -65,6 +69,45 @@ def test_stored_form_round_trips(quantize):
     again = unpack_stored(weight.pack())
     assert type(again) is type(weight)
     assert torch.equal(again.dequantize(), weight.dequantize())
+
+
+def test_stored_weights_are_read_without_keeping_the_file_mapped(tmp_path):
+    from safetensors.torch import save_file
+
+    maps = Path("/proc/self/maps")
+    weight = quantize_int4(torch.randn(32, 64))
+    stored = {f"a.weight.{k}": v for k, v in weight.pack().items()}
+    save_file({**stored, "norm.weight": torch.ones(64)}, str(tmp_path / WEIGHTS_FILE))
+    weights = read_stored(tmp_path)
+    assert sorted(weights) == ["a.weight", "norm.weight"]
+    assert torch.equal(weights["a.weight"].dequantize(), weight.dequantize())
+    assert torch.equal(weights["norm.weight"], torch.ones(64))
+    if maps.exists():  # every page read would count in the process's resident size
+        assert str(tmp_path / WEIGHTS_FILE) not in maps.read_text()
+
+
+def test_requantizing_in_blocks_gives_what_requantizing_at_once_does():
+    weight = quantize_int4(torch.randn(80, 64))
+    whole = quantize_int8(weight.dequantize(), 63)
+    for rows in (16, 48, 80, 1000):
+        out = requantize_int8(weight, 63, rows=rows)
+        assert torch.equal(out.q, whole.q) and torch.equal(out.scale, whole.scale)
+
+
+def test_a_weight_already_in_the_requantized_form_is_used_as_it_is():
+    once = requantize_int8(quantize_int4(torch.randn(32, 64)), 63)
+    assert requantize_int8(once, 63) is once
+    coarse = Int8Weight(once.q // 2, once.scale * 2)  # largest codes 31-32: not that form
+    again = requantize_int8(coarse, 63)
+    assert again is not coarse
+    assert torch.equal(again.q, quantize_int8(coarse.dequantize(), 63).q)
+
+
+def test_int4_codes_pack_in_blocks_of_rows_as_they_do_at_once():
+    q = torch.randint(0, 16, (2048 + 96 + 16, 64), dtype=torch.uint8)
+    whole = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.int(), 1)
+    for rows in (32, 64, 2048):
+        assert torch.equal(pack_int4(q, rows), whole)
 
 
 def test_quantization_error_is_bounded():

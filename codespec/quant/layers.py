@@ -127,13 +127,25 @@ def quantize_int8(weight: torch.Tensor, levels: int = 127) -> Int8Weight:
 
 
 def requantize_int8(weight: QuantWeight, levels: int, rows: int = 2048) -> Int8Weight:
-    """``quantize_int8`` of the dequantized weight, a block of rows at a time (the LM head in
-    float32 would be ~1 GB at once)."""
-    parts = [
-        quantize_int8(_rows(weight, i, i + rows).dequantize(), levels)
-        for i in range(0, weight.q.shape[0], rows)
-    ]
-    return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scale for p in parts]))
+    """``quantize_int8`` of the dequantized weight, a block of rows at a time into one output
+    (the LM head in float32 would be ~1 GB at once, and its blocks plus their concatenation
+    another 233 MB of int8 codes). An int8 weight already in that form (every row's largest
+    code is ``levels``, or the row is zero) is returned as it is: requantizing it gives the same
+    codes and scales again."""
+    if isinstance(weight, Int8Weight) and _is_quantized_to(weight, levels):
+        return weight
+    n, k = weight.q.shape
+    out = Int8Weight(torch.empty(n, k, dtype=torch.int8), torch.empty(n, dtype=torch.float32))
+    for i in range(0, n, rows):
+        block = quantize_int8(_rows(weight, i, i + rows).dequantize(), levels)
+        out.q[i : i + rows], out.scale[i : i + rows] = block.q, block.scale
+    return out
+
+
+def _is_quantized_to(weight: Int8Weight, levels: int) -> bool:
+    low, high = torch.aminmax(weight.q, dim=1)  # (no |q| copy of the whole weight)
+    largest = torch.maximum(high.int(), -low.int())
+    return bool(((largest == levels) | (largest == 0)).all())
 
 
 def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
@@ -142,6 +154,30 @@ def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
             weight.q[start:stop], weight.scale[start:stop], weight.minimum[start:stop]
         )
     return Int8Weight(weight.q[start:stop], weight.scale[start:stop])
+
+
+def kernel_form(weight: QuantWeight, kind: str) -> QuantWeight:
+    """The weight as kernel ``kind`` takes it: ``int8`` int8 weights as they are and int4 ones
+    requantized to 8 bits; ``w8a8`` 7-bit codes (see ``prepack_w8a8``); ``int4`` as it is."""
+    if kind == "int8" and not isinstance(weight, Int8Weight):
+        return requantize_int8(weight, 127)
+    if kind == "w8a8":
+        return requantize_int8(weight, W8A8_WEIGHT_LEVELS)
+    return weight
+
+
+def pack_int4(q: torch.Tensor, rows: int = 2048) -> torch.Tensor:
+    """4-bit codes (N, K) in the int4 kernel's packed layout, (N, K / 2) bytes. The op takes
+    int32 codes: converted a block of rows at a time, the LM head's transient is 12 MB, not
+    933 MB. Blocks of a multiple of 32 rows pack exactly as the whole does (see
+    ``tests/test_quant.py``)."""
+    n, k = q.shape
+    out = torch.empty(n, k // 2, dtype=torch.uint8)
+    for i in range(0, n, rows):
+        out[i : i + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            q[i : i + rows].int(), 1
+        )
+    return out
 
 
 def int4_fits(n: int, k: int) -> bool:
@@ -234,21 +270,18 @@ class QuantLinear(torch.nn.Module):
         if kind == "int4":
             if not isinstance(weight, Int4Weight) or not int4_fits(n, k):
                 raise ValueError(f"int4 kernel needs an int4 weight of fitting shape ({n}x{k})")
-            self.register_buffer(
-                "packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.q.int(), 1)
-            )
+            self.register_buffer("packed", pack_int4(weight.q))
             zero = 8 * weight.scale - weight.minimum
             # (K // GROUP, N, 2): scale and zero per group and output, in the activation dtype
             pairs = torch.stack([weight.scale, zero], dim=-1).transpose(0, 1).contiguous()
             self.register_buffer("scale_zero", pairs.to(dtype))
         elif kind == "int8":
-            w8 = weight if isinstance(weight, Int8Weight) else requantize_int8(weight, 127)
+            w8 = kernel_form(weight, kind)
             self.register_buffer("q8", w8.q.contiguous())
             self.register_buffer("scale", w8.scale.to(dtype))
         elif kind == "w8a8":
-            w7 = requantize_int8(weight, W8A8_WEIGHT_LEVELS)
             # a TorchScript object, not a tensor: it is neither a buffer nor saved
-            self.packed_w8a8 = prepack_w8a8(w7)
+            self.packed_w8a8 = prepack_w8a8(kernel_form(weight, kind))
         else:
             raise ValueError(f"unknown kernel {kind!r}")
         self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), False)

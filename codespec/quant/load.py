@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..memory import return_freed_memory
 from .fusion import fuse_projections
 from .layers import (
     Int4Weight,
@@ -21,6 +22,7 @@ from .layers import (
     QuantLinear,
     QuantWeight,
     int4_fits,
+    kernel_form,
     quantize_int4,
     quantize_int8,
     unpack_stored,
@@ -42,28 +44,34 @@ def default_kernel(name: str, weight: QuantWeight) -> str:
 class StoredWeights(Mapping):
     """The weights of a prepared folder by parameter name, read one at a time on access
     (quantized ones rebuilt from their stored parts, floats as they are), so loading never
-    holds more than one unpacked weight beside the model being built."""
+    holds more than one unpacked weight beside the model being built.
+
+    The file is mapped only while a weight is read: a mapping held for the whole load counted
+    every page read so far in the process's resident size (1.5 GB at the end of loading the
+    default target, on top of the model itself)."""
 
     def __init__(self, folder: Path) -> None:
+        self._path = str(folder / WEIGHTS_FILE)
+        self._parts: dict[str, list[str]] = {}
+        with self._open() as file:
+            for key in file.keys():
+                base, _, suffix = key.rpartition(".")
+                name = base if suffix in STORED_SUFFIXES else key
+                self._parts.setdefault(name, []).append(key)
+
+    def _open(self):
         from safetensors import safe_open
 
-        self._file = safe_open(str(folder / WEIGHTS_FILE), framework="pt")
-        self._parts: dict[str, list[str]] = {}
-        for key in self._file.keys():
-            base, _, suffix = key.rpartition(".")
-            name = base if suffix in STORED_SUFFIXES else key
-            self._parts.setdefault(name, []).append(key)
+        return safe_open(self._path, framework="pt")
 
     def __getitem__(self, name: str) -> QuantWeight | torch.Tensor:
         keys = self._parts[name]
+        with self._open() as file:
+            # copies: a tensor that still pointed into the mapping would keep it
+            tensors = {k: file.get_tensor(k).clone() for k in keys}
         if keys == [name]:
-            return self._tensor(name)
-        return unpack_stored({k.rpartition(".")[2]: self._tensor(k) for k in keys})
-
-    def _tensor(self, key: str) -> torch.Tensor:
-        # A copy: a tensor that still pointed into the mapped file would keep the whole file
-        # mapped, and every page ever read counted in the process's memory.
-        return self._file.get_tensor(key).clone()
+            return tensors[name]
+        return unpack_stored({k.rpartition(".")[2]: t for k, t in tensors.items()})
 
     def __iter__(self):
         return iter(self._parts)
@@ -92,6 +100,17 @@ def quantize_dense(
     return out
 
 
+# a weight this large (the embeddings, the LM head) is built on a trimmed heap
+LARGE_WEIGHT_ELEMENTS = 32 * 2**20
+
+
+def _make_room_for(weight: QuantWeight) -> None:
+    """Hand the heap's free pages back before building a large layer: the temporaries of the
+    layers before it (freed, but kept by the allocator) would otherwise add to its own."""
+    if weight.q.numel() >= LARGE_WEIGHT_ELEMENTS:
+        return_freed_memory()
+
+
 def build_quantized(
     config,
     weights: Mapping[str, QuantWeight | torch.Tensor],
@@ -118,15 +137,18 @@ def build_quantized(
             bias = weights.get(f"{name}.bias") if module.bias is not None else None
             assert not isinstance(weight, torch.Tensor), f"{key} is not quantized"
             digits = digits_for(name, weight) if digits_for else 1
-            new: torch.nn.Module = QuantLinear(
-                weight, bias, kernel_for(name, weight), dtype, digits
-            )
+            kernel = kernel_for(name, weight)
+            _make_room_for(weight)
+            weight = kernel_form(weight, kernel)  # (an int4 form is freed before packing)
+            new: torch.nn.Module = QuantLinear(weight, bias, kernel, dtype, digits)
         elif isinstance(module, torch.nn.Embedding):
             weight = weights[f"{name}.weight"]
             assert not isinstance(weight, torch.Tensor), f"{name}.weight is not quantized"
+            _make_room_for(weight)
             new = QuantEmbedding(weight, dtype)
         else:
             continue
+        del weight  # the layer holds what it keeps
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, new)
     # what is left on the meta device: float parameters (norms) and computed buffers (rotary)
