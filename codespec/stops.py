@@ -21,6 +21,7 @@ cleans the final text. Rules, in the order they are checked on each complete lin
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,10 +86,7 @@ def decide_mode(cursor: Cursor, invoked: bool = False, complete_mid_word: bool =
         if not (complete_mid_word or invoked):
             return Mode.NONE
         return Mode.LINE
-    if _in_comment_or_string(cursor):
-        return Mode.LINE
-    at_line_end = after.strip() == ""
-    if not at_line_end:
+    if after.strip() or _in_comment_or_string(cursor):  # (text after it: no parse needed)
         return Mode.LINE
     if before.strip() == "":
         return Mode.BLOCK
@@ -127,7 +125,6 @@ class StopChecker:
         self.cursor = cursor
         self.mode = mode
         self.max_lines = max_lines
-        lang = cursor.language
         before = cursor.line_before
         # The completion stays inside the block the cursor is in: on a blank line that is the
         # cursor's column; after a block opener, anything deeper than the opener's line.
@@ -135,13 +132,18 @@ class StopChecker:
             self.block_indent = indent_of(before)
         else:
             self.block_indent = indent_of(before) + 1
-        self.doc_had_error = has_syntax_error(lang, cursor.prefix + cursor.suffix)
         self.suffix_lines = [s.strip() for s in cursor.suffix.split("\n") if s.strip()]
         # Rule 4's verdicts by completion text: every call re-judges all complete lines, and a
         # parse of a large file whose syntax error lies elsewhere can take tens of milliseconds.
         self._parses: dict[str, bool] = {}
         # On a blank cursor line the completion's first line is a whole line of code.
         self.whole_first_line = before.strip() == "" and cursor.line_after.strip() == ""
+
+    @functools.cached_property
+    def doc_had_error(self) -> bool | None:
+        """Whether the document had a syntax error before the completion (None: no grammar).
+        Asked only by the multi-line rules: a one-line completion never parses the file."""
+        return has_syntax_error(self.cursor.language, self.cursor.prefix + self.cursor.suffix)
 
     def cut(self, completion: str, final: bool = False) -> int | None:
         """Character index where ``completion`` must end, or None to keep generating.

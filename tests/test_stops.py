@@ -303,3 +303,22 @@ def test_only_settled_text_is_streamed_in_block_mode():
     assert settled("x = 1", Mode.BLOCK) == "x = 1"  # the first line shows while it grows
     assert settled("x = 1\n    y = 2\n\n\ndef g", Mode.BLOCK) == "x = 1\n    y = 2"
     assert settled("x = 1\n    y", Mode.LINE) == "x = 1\n    y"
+
+
+def test_a_one_line_completion_never_parses_the_file(monkeypatch):
+    """Typing in the middle of a line, or a completion of the rest of a line, needs no syntax
+    tree: a large file whose syntax error lies far above the cursor took tens of milliseconds
+    to re-parse on every keystroke."""
+    import codespec.stops as stops
+
+    def no_parse(*args):
+        raise AssertionError("parsed the file")
+
+    monkeypatch.setattr(stops, "parse", no_parse)
+    monkeypatch.setattr(stops, "has_syntax_error", no_parse)
+    python = language_for("python")
+    mid_line = Cursor("x = (\ndef f(a):\n    return g(a, ", ")\n", python)
+    assert decide_mode(mid_line) is Mode.LINE
+    checker = StopChecker(mid_line, Mode.LINE)
+    assert [checker.cut(t) for t in ("b", "b, c", "b, c\n")] == [None, None, 4]
+    assert checker.cut("b, c", final=True) is None
