@@ -318,6 +318,23 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
     assert again.returncode == 0 and "| **overall** |" in docs.read_text()
 
 
+def test_the_memory_line_says_when_the_peak_was_reached():
+    from codespec.bench.main import memory_text
+
+    def memory(loaded: float, peak: float) -> dict:
+        return {
+            "after_load": {"rss_mb": loaded, "rss_now_mb": 2124.0},
+            "peak": {"rss_mb": peak, "rss_now_mb": 2378.0},
+        }
+
+    line = memory_text(memory(2682.0, 2682.0), 35.3)
+    assert line == (
+        "- Memory: RSS 2124 MB after loading, 2378 MB at the end, peak 2682 MB (during "
+        "loading); loading the prepared pair 35.3 s."
+    )
+    assert "peak 3100 MB (after loading)" in memory_text(memory(2682.0, 3100.0), 35.3)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -313,10 +313,7 @@ def write_docs(result: dict, docs: Path) -> None:
         f"- Target pass cost by width, the policy's running averages at the end (s; noisy on a "
         f"shared machine): {widths}; draft step / one-token pass: "
         f"{report.fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
-        f"- Memory: RSS {report.fmt(result['memory']['after_load'].get('rss_now_mb'), '{:.0f}')}"
-        f" MB after loading, {report.fmt(result['memory']['peak'].get('rss_now_mb'), '{:.0f}')}"
-        f" MB at the end, peak {result['memory']['peak']['rss_mb']:.0f} MB (during loading); "
-        f"loading the prepared pair {result['load_s']:.1f} s.",
+        memory_text(result["memory"], result["load_s"]),
         "- Mismatches between speculative and plain greedy: "
         + (", ".join(s["mismatches"]) or "none")
         + ". Row-wise attention and row-wise kernels (int4/int8; dense GEMMs get a padding "
@@ -345,6 +342,18 @@ def write_docs(result: dict, docs: Path) -> None:
         "<!-- bench:end -->",
     ]
     replace_section(docs, "bench", "\n".join(lines))
+
+
+def memory_text(memory: dict, load_s: float) -> str:
+    """The docs' memory line. The peak is the process's highest resident size: it is said to
+    be during loading only where it was already reached when loading ended."""
+    after, peak = memory["after_load"], memory["peak"]
+    when = "during loading" if peak["rss_mb"] <= after["rss_mb"] else "after loading"
+    return (
+        f"- Memory: RSS {report.fmt(after.get('rss_now_mb'), '{:.0f}')} MB after loading, "
+        f"{report.fmt(peak.get('rss_now_mb'), '{:.0f}')} MB at the end, peak "
+        f"{peak['rss_mb']:.0f} MB ({when}); loading the prepared pair {load_s:.1f} s."
+    )
 
 
 def replace_section(path: Path, name: str, text: str) -> None:
