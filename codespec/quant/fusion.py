@@ -74,7 +74,12 @@ def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
             w if isinstance(w, Int8Weight) and levels == 127 else requantize_int8(w, levels)
             for w in weights
         ]
-        return Int8Weight(torch.cat([p.q for p in parts]), torch.cat([p.scale for p in parts]))
+        same = {p.levels for p in parts}
+        return Int8Weight(
+            torch.cat([p.q for p in parts]),
+            torch.cat([p.scale for p in parts]),
+            same.pop() if len(same) == 1 else None,
+        )
     if all(isinstance(w, Int4Weight) for w in weights):
         return Int4Weight(
             torch.cat([w.q for w in weights]),

@@ -93,6 +93,9 @@ class Int8Weight:
 
     q: torch.Tensor  # (N, K) int8
     scale: torch.Tensor  # (N,) float32
+    # set when the codes were made by ``quantize_int8(..., levels)``: each row's largest code is
+    # +-levels (or the row is zero), so requantizing to those levels would change nothing
+    levels: int | None = None
 
     def dequantize(self) -> torch.Tensor:
         return self.q.float() * self.scale[:, None]
@@ -123,29 +126,25 @@ def quantize_int8(weight: torch.Tensor, levels: int = 127) -> Int8Weight:
     w = weight.float()
     scale = (w.abs().amax(1) / levels).clamp(min=1e-12)
     q = torch.round(w / scale[:, None]).clamp(-levels, levels).to(torch.int8)
-    return Int8Weight(q, scale)
+    return Int8Weight(q, scale, levels)
 
 
 def requantize_int8(weight: QuantWeight, levels: int, rows: int = 2048) -> Int8Weight:
     """``quantize_int8`` of the dequantized weight, a block of rows at a time into one output
     (the LM head in float32 would be ~1 GB at once, and its blocks plus their concatenation
-    another 233 MB of int8 codes). An int8 weight already in that form (every row's largest
-    code is ``levels``, or the row is zero) is returned as it is: requantizing it gives the same
-    codes and scales again."""
-    if isinstance(weight, Int8Weight) and _is_quantized_to(weight, levels):
+    another 233 MB of int8 codes). An int8 weight already quantized to ``levels`` (its
+    ``levels`` says so) is returned as it is: requantizing it gives the same codes and scales
+    again."""
+    if isinstance(weight, Int8Weight) and weight.levels == levels:
         return weight
     n, k = weight.q.shape
-    out = Int8Weight(torch.empty(n, k, dtype=torch.int8), torch.empty(n, dtype=torch.float32))
+    out = Int8Weight(
+        torch.empty(n, k, dtype=torch.int8), torch.empty(n, dtype=torch.float32), levels
+    )
     for i in range(0, n, rows):
         block = quantize_int8(_rows(weight, i, i + rows).dequantize(), levels)
         out.q[i : i + rows], out.scale[i : i + rows] = block.q, block.scale
     return out
-
-
-def _is_quantized_to(weight: Int8Weight, levels: int) -> bool:
-    low, high = torch.aminmax(weight.q, dim=1)  # (no |q| copy of the whole weight)
-    largest = torch.maximum(high.int(), -low.int())
-    return bool(((largest == levels) | (largest == 0)).all())
 
 
 def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
@@ -153,7 +152,7 @@ def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
         return Int4Weight(
             weight.q[start:stop], weight.scale[start:stop], weight.minimum[start:stop]
         )
-    return Int8Weight(weight.q[start:stop], weight.scale[start:stop])
+    return Int8Weight(weight.q[start:stop], weight.scale[start:stop], weight.levels)
 
 
 def kernel_form(weight: QuantWeight, kind: str) -> QuantWeight:
