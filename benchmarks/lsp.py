@@ -7,10 +7,15 @@ standard-library file) the rest of the line is deleted (an incremental ``didChan
 editor sends it) and a request is made at once (a truly cold place: no idle time), or, for
 every other cursor, after ``--idle-s`` seconds without input (the daemon warms the prompt of the
 place where the edit ended meanwhile). Then the true text is typed character by character, each
-keystroke a ``didChange`` followed by an inline completion request. Relay overhead: the same
-small request sent straight to the socket and through a ``codespec lsp`` process, alternately.
+keystroke a ``didChange`` followed by an inline completion request, the next one sent when the
+answer came. Typing at speed: at ``--bursts`` more places (warmed, answered), ``--burst-keys``
+characters typed ``--burst-ms`` apart, each request sent without waiting for the one before
+(which the daemon then drops): the first text of each keystroke's own request, and of the last
+one of the burst, what the user sees once they pause. Relay overhead: the same small request
+sent straight to the socket and through a ``codespec lsp`` process, alternately.
 
     .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4] [--idle-s 3]
+        [--bursts 4] [--burst-keys 5] [--burst-ms 150]
 """
 
 from __future__ import annotations
@@ -103,6 +108,63 @@ def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int
             return first, time.perf_counter() - t0, items[0]["insertText"] if items else ""
 
 
+def inline_request(msg_id, uri: str, line: int, character: int) -> dict:
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "textDocument/inlineCompletion",
+        "params": {
+            "textDocument": {"uri": uri},
+            "position": {"line": line, "character": character},
+            "context": {"triggerKind": 2},
+        },
+    }
+
+
+def typing_burst(
+    client: RawClient, uri: str, version: int, line: int, column: int, chars: str, gap_s: float
+) -> list[tuple[float | None, float | None, str]]:
+    """Type ``chars`` at (line, column), one ``didChange`` and request every ``gap_s`` seconds
+    whatever the answers, then wait for the last answer. Per keystroke: seconds from its request
+    to its first partial text and to its reply (None for what never came; the daemon answers a
+    dropped request, empty, once the next keystroke supersedes it), and the reply's text."""
+    sent: dict[str, float] = {}
+    first: dict[str, float] = {}
+    reply: dict[str, tuple[float, str]] = {}
+    for i, ch in enumerate(chars):
+        at = {"line": line, "character": column + i}
+        did_change(client, uri, version + i + 1, {"range": {"start": at, "end": at}, "text": ch})
+        msg_id = f"burst-{version}-{i}"
+        client.send(inline_request(msg_id, uri, line, column + i + 1))
+        sent[msg_id] = time.perf_counter()
+        last = i == len(chars) - 1
+        until = sent[msg_id] + (600 if last else gap_s)
+        while time.perf_counter() < until and not (last and msg_id in reply):
+            client.sock.settimeout(max(0.001, until - time.perf_counter()))
+            try:
+                message = client.read(timeout=until - time.perf_counter())
+            except (TimeoutError, OSError):  # nothing came before the next keystroke is due
+                break
+            now = time.perf_counter()
+            if message.get("method") == "codespec/partialCompletion":
+                first.setdefault(message["params"]["id"], now)
+            elif message.get("id") in sent:
+                items = (message.get("result") or {}).get("items") or []
+                reply[message["id"]] = (now, items[0]["insertText"] if items else "")
+    client.sock.settimeout(600)
+    out = []
+    for k, t in sent.items():
+        done, text = reply.get(k, (None, ""))
+        out.append((first[k] - t if k in first else None, done - t if done else None, text))
+    return out
+
+
+def burst_mark(first: float | None, _reply: float | None, shown: str) -> str:
+    """A burst keystroke in a line of output: ms to its first text, t (typed through: its
+    answer is the completion already shown), or - (nothing before the next keystroke)."""
+    return f"{1000 * first:.0f}" if first is not None else ("t" if shown else "-")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cursors", type=int, default=6)
@@ -110,6 +172,9 @@ def main() -> None:
     ap.add_argument("--relay-messages", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--idle-s", type=float, default=3.0, help="rest before a warmed request")
+    ap.add_argument("--bursts", type=int, default=4, help="places typed at speed")
+    ap.add_argument("--burst-keys", type=int, default=5, help="characters in each burst")
+    ap.add_argument("--burst-ms", type=float, default=150.0, help="between keystrokes of a burst")
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "lsp.json"))
     ap.add_argument(
         "--stats-db", default=None, help="keep the session's acceptance stats in this store"
@@ -149,7 +214,8 @@ def main() -> None:
         version, msg = 1, 0
         first_ms, final_ms, typed_through_ms = [], [], []
         new_place = {"cold": [], "idle": []}  # (first text, whole completion) seconds
-        for i, line_no in enumerate(rng.sample(spots, args.cursors)):
+        cursors = rng.sample(spots, args.cursors)
+        for i, line_no in enumerate(cursors):
             line = lines[line_no]
             indent = len(line) - len(line.lstrip())
             truth = line[indent:]
@@ -194,6 +260,43 @@ def main() -> None:
                 )
             version += 1  # restore the original text for the next cursor
             did_change(client, uri, version, {"text": text})
+        # Typing at speed, at places of their own (the ones above stay as in earlier runs).
+        burst_own_ms, burst_last_ms, burst_keys, burst_last_typed_through = [], [], 0, 0
+        others = [s for s in spots if s not in cursors]
+        for line_no in random.Random(args.seed + 1).sample(others, min(args.bursts, len(others))):
+            line = lines[line_no]
+            indent = len(line) - len(line.lstrip())
+            cut = {
+                "range": {
+                    "start": {"line": line_no, "character": indent},
+                    "end": {"line": line_no, "character": len(line)},
+                },
+                "text": "",
+            }
+            version += 1
+            did_change(client, uri, version, cut)
+            time.sleep(args.idle_s)  # the place is warmed and answered before the burst
+            msg += 1
+            timed_request(client, msg, uri, line_no, indent)
+            chars = line[indent:][: args.burst_keys]
+            keys = typing_burst(client, uri, version, line_no, indent, chars, args.burst_ms / 1000)
+            version += len(chars)
+            burst_keys += len(keys)
+            burst_own_ms += [1000 * f for f, _, _ in keys if f is not None]
+            # Once the user pauses they see the last key's streamed text, or its reply where
+            # that is the completion already shown, typed through (no model run).
+            f, _, shown = keys[-1]
+            if f is not None:
+                burst_last_ms.append(1000 * f)
+            elif shown:
+                burst_last_typed_through += 1
+            print(
+                f"line {line_no + 1:4} burst {chars!r}: first text per key (ms; t: typed "
+                f"through, -: none before the next key) {' '.join(burst_mark(*k) for k in keys)}",
+                flush=True,
+            )
+            version += 1
+            did_change(client, uri, version, {"text": text})
         relay = relay_overhead(socket_path, args.relay_messages)
     finally:
         daemon.terminate()
@@ -214,6 +317,14 @@ def main() -> None:
             for j, what in enumerate(("first_text", "whole"))
         },
         "new_place_idle_s": args.idle_s,
+        "burst_ms": args.burst_ms,
+        "burst_keystrokes": burst_keys,
+        "burst_keystrokes_with_own_first_text": len(burst_own_ms),
+        "burst_own_first_text_ms_p50": statistics.median(burst_own_ms) if burst_own_ms else None,
+        "burst_last_key_first_text_ms_p50": statistics.median(burst_last_ms)
+        if burst_last_ms
+        else None,
+        "burst_last_key_typed_through": burst_last_typed_through,
         "keystrokes": len(final_ms) + len(typed_through_ms),
         **relay,
     }
