@@ -12,15 +12,19 @@ costs ``T(w)`` seconds. So the decode loop verifies the ``k`` that maximises tok
 
     k* = argmax_k  E(a, k) / T(1 + k)            (k = 0 is plain decoding: E = 1)
 
-``T(w)`` is measured per width bucket (1, 2, 4, 8, ...): on a GPU it is nearly flat, so long
-chains pay; on a 2-core CPU with int4 weights a pass of 8 rows costs ~3x a pass of one, so only
-the first few tokens of a likely chain do. ``a`` is measured per proposer and per *context*:
+``T(w)`` is measured for each width the loop runs (and for 1, 2, 4, 8, ... at load and now and
+then); a width not measured yet is costed on the straight line between its measured neighbours.
+On a GPU ``T`` is nearly flat, so long chains pay; on a 2-core AVX2 CPU every row adds ~15-25%
+of a one-row pass (its own attention over the cache, more rows through each GEMM): a pass of 8
+rows costs ~2.5x a pass of one, so only the first few tokens of a likely chain do. (Widths were
+once costed by bucket, a pass of 3 rows as one of 4, which steered the choice to chains of 1, 3
+and 7 tokens.) ``a`` is measured per proposer and per *context*:
 for n-gram lookup the length of the match that produced the span (a 6-token match predicts
 far better than a 1-token one) and the request's context (the completion mode: lookup was
 accepted for ~30% of its tokens in rest-of-line completions against 36-49% in blocks on the
 bench's holes), blended with what the current request has seen so far (a completion where
-lookup keeps missing stops paying for it within a few passes). Wider branches
-of the tree ride along only where they fit in the chosen width bucket at no extra cost.
+lookup keeps missing stops paying for it within a few passes). Other branches of the tree ride
+along only where a wider pass costs no more (``FREE_RIDE``): on a GPU, not on a CPU.
 
 The draft model runs only when its expected rate, its own steps included, beats not running it;
 while it is off it is re-probed with growing gaps (16, 32, ... 512 passes). Widths the choice
@@ -42,6 +46,7 @@ MARGIN = 1.05
 EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
 NGRAM_PRIOR = 0.35  # n-gram acceptance before any is measured in a context
 REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
+FREE_RIDE = 1.03  # a wider pass within 3% of the chosen width's cost is as good as free
 
 
 def chain_expected(a_first: float, n_first: int, a_then: float, n_then: int) -> float:
@@ -113,7 +118,7 @@ class SpeculationPolicy:
         self.draft_len = draft_len
         self.draft_mode = draft_mode
         self.draft_enabled = draft_mode != "off"  # a draft model exists and may run
-        self.pass_s = {b: Ema() for b in WIDTH_BUCKETS}
+        self.pass_s: dict[int, Ema] = {}  # seconds a target pass, by width
         self.draft_step_s = Ema()
         # n-gram acceptance by (context, evidence bucket), each from the prior when first seen
         self.ngram: dict[tuple[str, int], Acceptance] = {}
@@ -125,7 +130,7 @@ class SpeculationPolicy:
         self.probe_gap = 16
         self.probe_max_lag = 32
         self.passes = 0
-        self.last_measured = {b: 0 for b in WIDTH_BUCKETS}  # pass count when last observed
+        self.last_measured: dict[int, int] = {}  # width -> pass count when last observed
         self.width_gap = {b: WIDTH_PROBE_GAP for b in WIDTH_BUCKETS}
         self.unverified_offers = 0
         self.probing: int | None = None  # the width bucket being re-measured
@@ -141,13 +146,12 @@ class SpeculationPolicy:
     # -- measurements ---------------------------------------------------------------------------
 
     def observe_pass(self, width: int, seconds: float) -> None:
-        b = bucket(width)
-        if b == self.probing:
-            self.pass_s[b].value = seconds  # a probe: a fresh measurement, not an average
+        if self.probing is not None and bucket(width) == self.probing:
+            self.pass_s[width] = Ema(value=seconds)  # a probe: a fresh measurement, no average
             self.probing = None
         else:
-            self.pass_s[b].add(seconds)
-        self.last_measured[b] = self.passes
+            self.pass_s.setdefault(width, Ema()).add(seconds)
+        self.last_measured[width] = self.passes
         self.passes += 1
 
     def observe_draft(self, step_seconds: list[float], proposed: int, accepted: int) -> None:
@@ -183,19 +187,24 @@ class SpeculationPolicy:
     # -- decisions ------------------------------------------------------------------------------
 
     def verify_cost(self, width: int) -> float:
-        """Estimated seconds for a target pass of ``width`` tokens (nearest measured bucket)."""
-        b = bucket(width)
-        if self.pass_s[b].value is not None:
-            return self.pass_s[b].value
-        known = [(k, e.value) for k, e in self.pass_s.items() if e.value is not None]
+        """Estimated seconds for a target pass of ``width`` tokens: its own measurement, else the
+        straight line between the nearest measured widths either side (each extra row costs
+        about the same), else, past the widest measured, that one's cost plus 5 % per doubling
+        of the width bucket (so wider passes get tried, and then measured)."""
+        if width in self.pass_s and self.pass_s[width].value is not None:
+            return self.pass_s[width].value
+        known = sorted((w, e.value) for w, e in self.pass_s.items() if e.value is not None)
         if not known:
             return 1.0
-        # Unmeasured width: assume the cost of the nearest smaller measured bucket, plus 5 %
-        # per doubling, so wider passes get tried and then measured.
-        smaller = [(k, v) for k, v in known if k <= b] or known[:1]
-        k, v = max(smaller)
-        doublings = max(0, b.bit_length() - k.bit_length())
-        return v * (1.05**doublings)
+        above = next(((w, t) for w, t in known if w > width), None)
+        below = [(w, t) for w, t in known if w < width]
+        if above is None:
+            w0, t0 = below[-1]
+            return t0 * 1.05 ** max(0, bucket(width).bit_length() - bucket(w0).bit_length())
+        if not below:
+            return above[1]
+        (w0, t0), (w1, t1) = below[-1], above
+        return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
 
     def chain_length(self, rates: list[float]) -> int:
         """k*: how many tokens of a proposed chain to verify, given each token's acceptance
@@ -219,22 +228,27 @@ class SpeculationPolicy:
         return best_k
 
     def width(self, chain: int, nodes: int) -> int:
-        """Nodes to verify, given the chosen chain length and the tree's size: the chain plus
-        whatever fits in the same width bucket, or a wider bucket now and then to re-measure
-        it (its cost may have been taken while another process had the cores)."""
+        """Nodes to verify, given the chosen chain length and the tree's size: the chain, plus
+        other branches where a wider pass costs no more (up to the chain's width bucket), or
+        now and then the next bucket width above the chain's, to re-measure it (its cost may
+        have been taken while another process had the cores)."""
         if chain == 0:
             self.decisions["plain_passes"] += 1
             return 0
-        allowed = min(bucket(1 + chain), 1 + nodes, 1 + self.max_nodes_limit) - 1
         for b in WIDTH_BUCKETS:
-            if b <= bucket(1 + chain) or b - 1 > min(nodes, self.max_nodes_limit):
+            if b <= 1 + chain or b - 1 > min(nodes, self.max_nodes_limit):
                 continue
-            if self.passes - self.last_measured[b] >= self.width_gap[b]:
+            if self.passes - self.last_measured.get(b, 0) >= self.width_gap[b]:
                 self.width_gap[b] = min(self.width_gap[b] * 2, WIDTH_PROBE_MAX_GAP)
                 self.decisions["width_probes"] += 1
                 self.probing = b
                 return b - 1
             break  # only the next wider bucket is ever probed
+        room = min(bucket(1 + chain), 1 + nodes, 1 + self.max_nodes_limit) - 1
+        allowed = min(chain, room)
+        cost = self.verify_cost(1 + allowed)
+        while allowed < room and self.verify_cost(2 + allowed) <= cost * FREE_RIDE:
+            allowed += 1
         return allowed
 
     def _draft_pays(self, ngram_tokens: int, ngram_rate: float) -> bool:

@@ -81,12 +81,43 @@ def test_a_poor_offer_is_still_tried_now_and_then():
     assert policy.decisions["acceptance_probes"] == 1
 
 
-def test_free_riders_fill_the_chosen_bucket_only():
+def test_a_width_between_two_measured_ones_is_costed_between_them():
     policy = policy_with(CPU_COSTS)
-    assert policy.width(chain=3, nodes=20) == 3  # bucket 4 holds the pending token + 3 nodes
-    assert policy.width(chain=2, nodes=20) == 3  # a third node rides along for free
-    assert policy.width(chain=1, nodes=1) == 1
-    assert policy.width(chain=0, nodes=20) == 0
+    assert policy.verify_cost(3) == pytest.approx((0.198 + 0.243) / 2)
+    assert policy.verify_cost(6) == pytest.approx(0.243 + (0.479 - 0.243) / 2)
+    # a = 0.5: E(2)/T(3) = 1.75/0.2205 beats E(1)/T(2) = 1.5/0.198 and E(3)/T(4) = 1.875/0.243
+    # (costed as a pass of 4, two tokens would lose to three)
+    assert policy.chain_length([0.5] * 20) == 2
+    policy.observe_pass(3, 0.30)  # measured: a pass of 3 rows costs more here than the line says
+    assert policy.verify_cost(3) == 0.30
+    assert policy.chain_length([0.5] * 20) == 3
+
+
+def test_past_the_widest_measured_width_a_wider_one_looks_a_little_dearer():
+    policy = policy_with(((1, 0.1), (2, 0.12)))
+    assert policy.verify_cost(4) == pytest.approx(0.12 * 1.05)
+    assert policy.verify_cost(9) == pytest.approx(0.12 * 1.05**3)
+    assert SpeculationPolicy().verify_cost(1) == 1.0  # nothing measured
+
+
+def test_other_branches_ride_along_only_where_a_wider_pass_costs_no_more():
+    cpu, gpu = policy_with(CPU_COSTS), policy_with(FLAT_COSTS)
+    assert cpu.width(chain=2, nodes=20) == 2  # a fourth row costs 10% more here
+    assert gpu.width(chain=2, nodes=20) == 3  # ... and 2% here: it rides along
+    assert gpu.width(chain=5, nodes=20) == 7  # up to the chain's width bucket (8), no further
+    assert gpu.width(chain=5, nodes=6) == 6  # never more nodes than the tree has
+    assert cpu.width(chain=1, nodes=1) == 1
+    assert cpu.width(chain=0, nodes=20) == 0
+
+
+def test_the_next_bucket_width_above_the_chain_is_probed_when_stale():
+    policy = policy_with(CPU_COSTS)
+    for _ in range(WIDTH_PROBE_GAP):
+        policy.observe_pass(3, 0.22)  # chains of 2 only: a pass of 4 is not measured again
+    assert policy.width(chain=2, nodes=8) == 3  # ... so one is tried
+    assert policy.decisions["width_probes"] == 1
+    policy.observe_pass(4, 0.30)  # the probe's fresh measurement replaces the old one
+    assert policy.verify_cost(4) == 0.30
 
 
 def test_a_width_measured_while_busy_is_probed_again():
