@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lsp"))
-from rpc import RawClient, relay_client
+from rpc import RawClient, inline_request, relay_client
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,20 +81,8 @@ def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int
     """Ask for an automatic inline completion at (line, character).
 
     Returns (seconds to the first partial or None, seconds to the reply, completion text)."""
-    params = {
-        "textDocument": {"uri": uri},
-        "position": {"line": line, "character": character},
-        "context": {"triggerKind": 2},
-    }
     t0 = time.perf_counter()
-    client.send(
-        {
-            "jsonrpc": "2.0",
-            "id": msg_id,
-            "method": "textDocument/inlineCompletion",
-            "params": params,
-        }
-    )
+    client.send(inline_request(msg_id, uri, line, character, trigger_kind=2))
     first = None
     while True:
         message = client.read(timeout=600)
@@ -106,19 +94,6 @@ def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int
         elif message.get("id") == msg_id:
             items = (message.get("result") or {}).get("items") or []
             return first, time.perf_counter() - t0, items[0]["insertText"] if items else ""
-
-
-def inline_request(msg_id, uri: str, line: int, character: int) -> dict:
-    return {
-        "jsonrpc": "2.0",
-        "id": msg_id,
-        "method": "textDocument/inlineCompletion",
-        "params": {
-            "textDocument": {"uri": uri},
-            "position": {"line": line, "character": character},
-            "context": {"triggerKind": 2},
-        },
-    }
 
 
 def typing_burst(
@@ -135,7 +110,7 @@ def typing_burst(
         at = {"line": line, "character": column + i}
         did_change(client, uri, version + i + 1, {"range": {"start": at, "end": at}, "text": ch})
         msg_id = f"burst-{version}-{i}"
-        client.send(inline_request(msg_id, uri, line, column + i + 1))
+        client.send(inline_request(msg_id, uri, line, column + i + 1, trigger_kind=2))
         sent[msg_id] = time.perf_counter()
         last = i == len(chars) - 1
         until = sent[msg_id] + (600 if last else gap_s)

@@ -74,7 +74,8 @@ class RawClient:
         return reply
 
 
-def inline_request(msg_id, uri, line, character):
+def inline_request(msg_id, uri, line, character, trigger_kind=1):
+    """An inline completion request: invoked (1) or automatic, as typing triggers it (2)."""
     return {
         "jsonrpc": "2.0",
         "id": msg_id,
@@ -82,7 +83,7 @@ def inline_request(msg_id, uri, line, character):
         "params": {
             "textDocument": {"uri": uri},
             "position": {"line": line, "character": character},
-            "context": {"triggerKind": 1},
+            "context": {"triggerKind": trigger_kind},
         },
     }
 
