@@ -46,6 +46,44 @@ def test_prefill_cancels_between_chunks(target_model):
         cached.prefill(list(range(1, 20)), cancel)
 
 
+class SetAfter(threading.Event):
+    """A cancel flag that is set while a pass runs: its first ``calls`` checks answer False."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls, self.asked = calls, 0
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked > self.calls
+
+
+def test_a_cancelled_keystroke_sized_chunk_stops_between_layers(target_model):
+    from codespec.engine.kvcache import REDO_ROWS
+
+    cached = CachedModel(target_model, prefill_chunk=16)
+    cached.prefill([1, 2, 3, 4, 5])
+    cancel = SetAfter(2)  # before the chunk, before layer 0: not yet; before layer 1: set
+    with pytest.raises(Cancelled):
+        cached.prefill([1, 2, 3, 4, 5] + [6] * REDO_ROWS, cancel)
+    assert cancel.asked == 3
+    assert cached.ids == [1, 2, 3, 4, 5]  # the chunk's first layer was cut back
+    _, reused, computed = cached.prefill([1, 2, 3, 4, 5, 6, 7])
+    assert (reused, computed) == (5, 2)
+
+
+def test_a_cancelled_larger_chunk_finishes_and_stays_cached(target_model):
+    from codespec.engine.kvcache import REDO_ROWS
+
+    cached = CachedModel(target_model, prefill_chunk=REDO_ROWS + 1)
+    prompt = list(range(1, 3 * (REDO_ROWS + 1) + 1))
+    cancel = SetAfter(1)  # set while the first chunk runs: it finishes, the next never starts
+    with pytest.raises(Cancelled):
+        cached.prefill(prompt, cancel)
+    assert cancel.asked == 2
+    assert cached.ids == prompt[: REDO_ROWS + 1]
+
+
 @pytest.mark.parametrize("lean", [True, False], ids=["lean pass", "model's forward"])
 def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_model, lean):
     use_rowwise_attention(target_model)  # as the engine does: the lean pass calls it
