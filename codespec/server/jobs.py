@@ -107,7 +107,8 @@ async def inline_completion(
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         # $/cancelRequest: a decoding pass stops between two layers; a prefill chunk finishes
-        # (the next request at this place, usually close behind, reuses it)
+        # (the next request at this place, usually close behind, reuses it) unless it is a
+        # keystroke's few tokens, cheaper to redo (``CachedModel.prefill``)
         job.cancel.set()
         raise
     except ModelUnavailable as exc:
