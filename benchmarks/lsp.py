@@ -96,6 +96,18 @@ def timed_request(client: RawClient, msg_id, uri: str, line: int, character: int
             return first, time.perf_counter() - t0, items[0]["insertText"] if items else ""
 
 
+def cut_after_indent(line_no: int, line: str) -> dict:
+    """The incremental change that deletes ``line`` after its indentation."""
+    indent = len(line) - len(line.lstrip())
+    return {
+        "range": {
+            "start": {"line": line_no, "character": indent},
+            "end": {"line": line_no, "character": len(line)},
+        },
+        "text": "",
+    }
+
+
 def typing_burst(
     client: RawClient, uri: str, version: int, line: int, column: int, chars: str, gap_s: float
 ) -> list[tuple[float | None, float | None, str]]:
@@ -196,14 +208,7 @@ def main() -> None:
             truth = line[indent:]
             # Cut the rest of this line: the cursor sits after the indentation.
             version += 1
-            cut = {
-                "range": {
-                    "start": {"line": line_no, "character": indent},
-                    "end": {"line": line_no, "character": len(line)},
-                },
-                "text": "",
-            }
-            did_change(client, uri, version, cut)
+            did_change(client, uri, version, cut_after_indent(line_no, line))
             kind = "idle" if i % 2 else "cold"
             if kind == "idle":
                 time.sleep(args.idle_s)  # the user pauses: the daemon warms this place
@@ -241,15 +246,8 @@ def main() -> None:
         for line_no in random.Random(args.seed + 1).sample(others, min(args.bursts, len(others))):
             line = lines[line_no]
             indent = len(line) - len(line.lstrip())
-            cut = {
-                "range": {
-                    "start": {"line": line_no, "character": indent},
-                    "end": {"line": line_no, "character": len(line)},
-                },
-                "text": "",
-            }
             version += 1
-            did_change(client, uri, version, cut)
+            did_change(client, uri, version, cut_after_indent(line_no, line))
             time.sleep(args.idle_s)  # the place is warmed and answered before the burst
             msg += 1
             timed_request(client, msg, uri, line_no, indent)
