@@ -159,6 +159,12 @@ def main() -> None:
     ap.add_argument("--relay-messages", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--idle-s", type=float, default=3.0, help="rest before a warmed request")
+    ap.add_argument(
+        "--think-ms", type=float, default=400.0, help="pause after an answer before a keystroke"
+    )
+    ap.add_argument(
+        "--look-ahead-keys", type=int, default=8, help="the setting's value for the 'on' rounds"
+    )
     ap.add_argument("--bursts", type=int, default=4, help="places typed at speed")
     ap.add_argument("--burst-keys", type=int, default=5, help="characters in each burst")
     ap.add_argument("--burst-ms", type=float, default=150.0, help="between keystrokes of a burst")
@@ -199,47 +205,69 @@ def main() -> None:
             if line.startswith("        ") and len(line.strip()) > 15 and 40 < i < len(lines) - 40
         ]
         version, msg = 1, 0
-        first_ms, final_ms, typed_through_ms = [], [], []
+        typed_through_ms = []
+        # per look-ahead setting ("on": lookAheadKeys as configured, "off": 0): first text and
+        # whole completion of keystrokes that ran the model; and which of them were looked ahead
+        first_ms = {"on": [], "off": []}
+        final_ms = {"on": [], "off": []}
+        ahead_first_ms: list[float] = []
         new_place = {"cold": [], "idle": []}  # (first text, whole completion) seconds
         cursors = rng.sample(spots, args.cursors)
         for i, line_no in enumerate(cursors):
             line = lines[line_no]
             indent = len(line) - len(line.lstrip())
             truth = line[indent:]
-            # Cut the rest of this line: the cursor sits after the indentation.
-            version += 1
-            did_change(client, uri, version, cut_after_indent(line_no, line))
-            kind = "idle" if i % 2 else "cold"
-            if kind == "idle":
-                time.sleep(args.idle_s)  # the user pauses: the daemon warms this place
-            col = indent
-            msg += 1
-            first, whole, _ = timed_request(client, msg, uri, line_no, col)
-            new_place[kind].append((first if first is not None else whole, whole))
-            print(f"line {line_no + 1:4} new place ({kind}): first {first} s, whole {whole} s")
-            for ch in truth[: args.keystrokes]:
+            # both settings at every place, in turn (which goes first alternates every 2 places)
+            rounds = ("on", "off") if (i // 2) % 2 == 0 else ("off", "on")
+            for r, setting in enumerate(rounds):
+                look_ahead(client, args.look_ahead_keys if setting == "on" else 0)
+                # Cut the rest of this line: the cursor sits after the indentation.
                 version += 1
-                at = {"line": line_no, "character": col}
-                did_change(client, uri, version, {"range": {"start": at, "end": at}, "text": ch})
-                col += 1
+                did_change(client, uri, version, cut_after_indent(line_no, line))
+                kind = "idle" if i % 2 else "cold"
+                if kind == "idle" or r:
+                    time.sleep(args.idle_s)  # the user pauses: the daemon warms this place
+                col = indent
                 msg += 1
-                first, final, completion = timed_request(client, msg, uri, line_no, col)
-                if first is None and completion:
-                    # No text was streamed: the answer is the rest of the completion already
-                    # shown, which the user is typing through (no model run).
-                    typed_through_ms.append(1000 * final)
-                else:
-                    final_ms.append(1000 * final)
-                    if first is not None:
-                        first_ms.append(1000 * first)
-                print(
-                    f"line {line_no + 1:4} typed {truth[: col - indent]!r:12} first "
-                    f"{1000 * first if first else float('nan'):6.0f} ms  final {1000 * final:6.0f}"
-                    f" ms  {completion[:40]!r}",
-                    flush=True,
-                )
-            version += 1  # restore the original text for the next cursor
-            did_change(client, uri, version, {"text": text})
+                first, whole, _ = timed_request(client, msg, uri, line_no, col)
+                if not r:  # the second round's place is not new
+                    new_place[kind].append((first if first is not None else whole, whole))
+                    print(
+                        f"line {line_no + 1:4} new place ({kind}): first {first} s, whole {whole} s"
+                    )
+                for ch in truth[: args.keystrokes]:
+                    time.sleep(args.think_ms / 1000)  # the user reads the answer, types on
+                    version += 1
+                    at = {"line": line_no, "character": col}
+                    did_change(
+                        client, uri, version, {"range": {"start": at, "end": at}, "text": ch}
+                    )
+                    col += 1
+                    msg += 1
+                    hits = daemon_stats(client)["ahead_hits"]
+                    first, final, completion = timed_request(client, msg, uri, line_no, col)
+                    ahead = daemon_stats(client)["ahead_hits"] > hits
+                    if first is None and completion:
+                        # No text was streamed: the answer is the rest of the completion already
+                        # shown, which the user is typing through (no model run).
+                        typed_through_ms.append(1000 * final)
+                    else:
+                        final_ms[setting].append(1000 * final)
+                        if first is not None:
+                            first_ms[setting].append(1000 * first)
+                            if ahead:
+                                ahead_first_ms.append(1000 * first)
+                    print(
+                        f"line {line_no + 1:4} look-ahead {setting:3} typed "
+                        f"{truth[: col - indent]!r:12} first "
+                        f"{1000 * first if first else float('nan'):6.0f} ms"
+                        f"{' (ahead)' if ahead else ''}  final {1000 * final:6.0f} ms  "
+                        f"{completion[:40]!r}",
+                        flush=True,
+                    )
+                version += 1  # restore the original text for the next round or cursor
+                did_change(client, uri, version, {"text": text})
+        look_ahead(client, args.look_ahead_keys)
         # Typing at speed, at places of their own (the ones above stay as in earlier runs).
         burst_own_ms, burst_last_ms, burst_keys, burst_last_typed_through = [], [], 0, 0
         others = [s for s in spots if s not in cursors]
@@ -275,12 +303,22 @@ def main() -> None:
         daemon.terminate()
         daemon.wait(timeout=60)
     report = {
-        "keystroke_first_text_ms_p50": statistics.median(first_ms) if first_ms else None,
-        "keystroke_first_text_ms_p90": sorted(first_ms)[int(0.9 * len(first_ms))]
-        if first_ms
-        else None,
-        "single_line_total_ms_p50": statistics.median(final_ms) if final_ms else None,
-        "model_requests": len(final_ms),
+        "think_ms": args.think_ms,
+        "look_ahead_keys": args.look_ahead_keys,
+        **{
+            f"keystroke_first_text_ms_{stat}{'' if setting == 'on' else '_look_ahead_off'}": value
+            for setting in ("on", "off")
+            for stat, value in percentiles(first_ms[setting]).items()
+        },
+        "single_line_total_ms_p50": median(final_ms["on"]),
+        "single_line_total_ms_p50_look_ahead_off": median(final_ms["off"]),
+        "model_requests": len(final_ms["on"]),
+        "model_requests_look_ahead_off": len(final_ms["off"]),
+        "keystrokes_looked_ahead": len(ahead_first_ms),
+        "looked_ahead_first_text_ms_p50": median(ahead_first_ms),
+        "not_looked_ahead_first_text_ms_p50": median(
+            [t for t in first_ms["on"] if t not in ahead_first_ms]
+        ),
         "typed_through_answers": len(typed_through_ms),
         "typed_through_ms_p50": statistics.median(typed_through_ms) if typed_through_ms else None,
         **{
@@ -298,12 +336,38 @@ def main() -> None:
         if burst_last_ms
         else None,
         "burst_last_key_typed_through": burst_last_typed_through,
-        "keystrokes": len(final_ms) + len(typed_through_ms),
+        "keystrokes": len(final_ms["on"]) + len(final_ms["off"]) + len(typed_through_ms),
         **relay,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    ordered = sorted(values)
+    return {"p50": median(values), "p90": ordered[int(0.9 * len(ordered))] if values else None}
+
+
+def daemon_stats(client: RawClient) -> dict:
+    """The daemon's counters (``codespec/stats``)."""
+    client.send({"jsonrpc": "2.0", "id": "stats", "method": "codespec/stats", "params": {}})
+    return client.reply_to("stats")["result"]["daemon"]
+
+
+def look_ahead(client: RawClient, keys: int) -> None:
+    """Set the session's ``lookAheadKeys``."""
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "workspace/didChangeConfiguration",
+            "params": {"settings": {"codespec": {"lookAheadKeys": keys}}},
+        }
+    )
 
 
 def relay_overhead(socket_path: Path, n: int) -> dict:

@@ -46,6 +46,7 @@ class CompletionOptions:
     suffix_tokens: int = 256
     extra_tokens: int = 1024
     prompt_seconds: float = 0.0  # > 0: shrink the windows to a prefill of about this long
+    look_ahead_keys: int = 0  # > 0: the daemon computes ahead this many next keystrokes
 
 
 MIN_PREFIX_TOKENS = 96  # windows sized by time never shrink below these

@@ -25,11 +25,8 @@ OPTIONS = CompletionOptions(max_tokens=3, mode=Mode.LINE, speculate=False)
 
 
 @pytest.fixture(scope="module")
-def slow_pair(tiny_manifest):
-    """The tiny pair, each target layer slowed; and the row counts of the layers that ran."""
-    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
-    pair.engine.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
-    assert pair.engine.target._lean()  # its passes run decoder.decoder_layer, layer by layer
+def layers_ran():
+    """Every target decoder layer slowed; the row counts of the layers that ran."""
     ran: list[int] = []
     layer = decoder.decoder_layer
 
@@ -41,16 +38,45 @@ def slow_pair(tiny_manifest):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decoder, "decoder_layer", slow_layer)
-        yield pair, ran
+        yield ran
+
+
+@pytest.fixture(scope="module")
+def slow_pair(tiny_manifest, layers_ran):
+    """The tiny pair, each target layer slowed; and the row counts of the layers that ran."""
+    return slowed(load_pair(str(tiny_manifest), progress=lambda m: None)), layers_ran
+
+
+@pytest.fixture(scope="module")
+def slow_w8a8_pair(tiny_manifest, layers_ran):
+    """The same with w8a8 layers (the CPU's default kernels): one-row passes are exact there,
+    so the worker computes next keystrokes ahead."""
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None, quantize="w8a8")
+    return slowed(pair), layers_ran
+
+
+def slowed(pair):
+    pair.engine.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
+    assert pair.engine.target._lean()  # its passes run decoder.decoder_layer, layer by layer
+    return pair
 
 
 @pytest.fixture
 def worker(slow_pair):
-    pair, _ = slow_pair
+    yield from started(slow_pair[0])
+
+
+@pytest.fixture
+def ahead_worker(slow_w8a8_pair):
+    yield from started(slow_w8a8_pair[0])
+
+
+def started(pair):
     pair.engine.target.reset()
     worker = Worker(lambda: pair)
     yield worker
     worker.stop()
+    worker.thread.join(timeout=60)  # its last warm-up or look-ahead too: the pair is shared
 
 
 def place(uri: str, text: str, line: int, typed: str = "", **more) -> dict:
@@ -58,7 +84,8 @@ def place(uri: str, text: str, line: int, typed: str = "", **more) -> dict:
     lines = text.splitlines(keepends=True)
     prefix = "".join(lines[:line])
     cursor = Cursor(prefix + typed, text[len(prefix) :], language_for("python"))
-    return dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:], **more)
+    fields = dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:])
+    return fields | more
 
 
 def first_chunk_rows(ran: list[int], timeout: float = 30.0) -> int:
@@ -180,3 +207,78 @@ def test_the_queue_deadline_counts_from_when_the_model_was_ready(slow_pair):
         assert behind.result(timeout=60) is None and worker.stats.expired == 1
     finally:
         worker.stop()
+
+
+AHEAD = CompletionOptions(max_tokens=3, mode=Mode.LINE, speculate=False, look_ahead_keys=4)
+
+
+def wait_for(check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def likely_chars(pair, shown: str) -> list[str]:
+    """The characters the look-ahead computes after the last request (``lookahead.py``)."""
+    from codespec.lookahead import likely_next_chars
+
+    return likely_next_chars(pair.tokenizer, pair.engine.prompt_logits[1], 4, skip=shown[:1])
+
+
+def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_without_a_pass(
+    slow_w8a8_pair, ahead_worker
+):
+    """While the user reads the answer, the worker computes the likeliest next keystrokes; a
+    request after one of them starts from its logits (its first token needs no pass), and gets
+    the completion it gets without look-ahead."""
+    pair, ran = slow_w8a8_pair
+    assert not pair.engine.pad_single_row  # quantized: one-row passes are exact
+    anchors: dict = {}
+    first = ahead_worker.submit(
+        Job(**place("file:///l.py", BODY, 60, anchors=anchors, options=AHEAD))
+    )
+    shown = first.result(timeout=60).text
+    wait_for(lambda: ahead_worker.stats.looked_ahead == 1)
+    chars = likely_chars(pair, shown)
+    assert len(chars) >= 2 and ahead_worker.stats.ahead_rows >= len(chars)
+    ran.clear()
+    typed = place("file:///l.py", BODY, 60, typed=chars[1], anchors=anchors, options=AHEAD)
+    result = ahead_worker.submit(Job(**typed)).result(timeout=60)
+    assert ahead_worker.stats.ahead_hits == 1 and result.stats.ahead
+    assert result.stats.prefill_tokens == 0
+    assert len(ran) == 2 * result.stats.target_passes  # decoding passes only, no prefill
+
+    pair.engine.target.reset()  # the same keystroke, nothing computed ahead
+    plain = Worker(lambda: pair)
+    try:
+        again = {**typed, "options": OPTIONS, "anchors": {"file:///l.py": anchors["file:///l.py"]}}
+        expected = plain.submit(Job(**again)).result(timeout=60)
+    finally:
+        plain.stop()
+    assert not expected.stats.ahead and expected.text == result.text
+
+
+def test_a_request_stops_a_look_ahead_between_layers(slow_w8a8_pair, ahead_worker):
+    pair, ran = slow_w8a8_pair
+    anchors: dict = {}
+    shown = ahead_worker.submit(
+        Job(**place("file:///m.py", BODY, 60, anchors=anchors, options=AHEAD))
+    )
+    shown.result(timeout=60)
+    ran.clear()
+    wait_for(lambda: len(ran) >= 1)  # the look-ahead's tree pass has begun (layer 0 ran)
+    width = ran[0]
+    assert width >= 2  # a tree of next keystrokes, not a one-row pass
+    typed = place("file:///m.py", BODY, 60, typed="\t\t", anchors=anchors, options=AHEAD)
+    assert ahead_worker.submit(Job(**typed)).result(timeout=60) is not None
+    assert ran.count(width) == 1  # layer 1 of the look-ahead never ran
+    assert ahead_worker.stats.looked_ahead == 0 and ahead_worker.stats.ahead_hits == 0
+
+
+def test_no_look_ahead_when_it_is_off(slow_w8a8_pair, ahead_worker):
+    pair, ran = slow_w8a8_pair
+    job = Job(**place("file:///n.py", BODY, 60, anchors={}))  # look_ahead_keys=0
+    assert ahead_worker.submit(job).result(timeout=60) is not None
+    time.sleep(1.0)
+    assert ahead_worker.stats.looked_ahead == 0 and pair.engine.target.ahead is None

@@ -8,7 +8,10 @@ operations:
 * ``forward(tokens, mask, positions)``: append tokens (a chain, or a token tree with a tree
   attention mask) and return the logits at each of them;
 * ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
-  (the accepted path of a token tree), dropping the rest.
+  (the accepted path of a token tree), dropping the rest;
+* ``look_ahead(prompts, known)``: compute, in one tree pass, the rows of several prompts a
+  request may come with next (the current one typed a character further); a ``prefill`` of
+  one of them then returns its logits without a pass (see ``LookAhead``).
 
 Passes of the architectures ``decoder.py`` knows (Qwen2, Llama) go through its lean forward,
 bit-identical to the model's own and cheaper per pass; others through the model's forward.
@@ -40,6 +43,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -47,6 +51,7 @@ from transformers.cache_utils import DynamicLayer
 from . import decoder
 from .attention import CHAIN
 from .attention import NAME as ATTENTION_NAME
+from .tree import Candidate, TokenTree
 
 # A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
 # keystroke drops the previous completion's tokens, no more); a larger difference is another
@@ -60,6 +65,20 @@ REDO_ROWS = 4
 
 class Cancelled(Exception):
     """Raised between model passes when the request was cancelled."""
+
+
+@dataclass
+class LookAhead:
+    """Prompts computed ahead, in one tree pass, past the ``root`` cached positions they share.
+
+    While it stands the cache holds ``root`` positions of a plain sequence and then the tree's
+    nodes, which are no sequence: ``CachedModel.settle`` turns it back into one before any
+    other use (the branch a prompt takes, or the longest one it can use).
+    """
+
+    root: int
+    tree: TokenTree  # the ids past ``root``; node i is cached at position ``root + i``
+    logits: dict[tuple[int, ...], torch.Tensor]  # a prompt's ids past ``root`` -> its logits
 
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
@@ -95,6 +114,7 @@ class CachedModel:
         self.forward_calls = 0
         self.decoder_layers = _decoder_layers(model)  # where an interrupted pass can stop
         self.lean_decoder = decoder.supports(model)  # see _lean
+        self.ahead: LookAhead | None = None  # prompts computed ahead (``look_ahead``)
 
     # -- cache surgery ----------------------------------------------------------------------
 
@@ -103,6 +123,7 @@ class CachedModel:
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached positions."""
+        self.settle()
         if n >= len(self.ids):
             return
         self._cut(n)
@@ -110,6 +131,7 @@ class CachedModel:
 
     def keep(self, n: int, extra: list[int]) -> None:
         """Keep positions ``[0, n)`` plus the positions in ``extra`` (all ``>= n``, ascending)."""
+        self.settle()
         if extra == list(range(n, n + len(extra))):  # a prefix of what is cached: no copy
             self.crop(n + len(extra))
             return
@@ -131,6 +153,7 @@ class CachedModel:
 
     def reset(self) -> None:
         """Forget everything cached, in every slot."""
+        self.ahead = None
         self.cache = self._new_cache()
         self.ids = []
         self.parked = []
@@ -180,6 +203,7 @@ class CachedModel:
         decoder layer: once it returns true the pass stops, leaves the cache as it was, and
         raises ``Cancelled``.
         """
+        self.settle()
         past = len(self.ids)
         q = len(tokens)
         input_ids = torch.tensor([tokens], device=self.device)
@@ -256,6 +280,9 @@ class CachedModel:
         """
         if not ids:
             raise ValueError("cannot prefill an empty prompt")
+        ahead = self.settle(ids)
+        if ahead is not None:  # computed ahead: the cache holds ``ids`` and this is its answer
+            return ahead, len(ids), 0
         self._select_slot(ids)
         reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
         self.crop(reuse)
@@ -271,6 +298,88 @@ class CachedModel:
             logits = self.forward(rows, all_logits=False, interrupt=stop)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
+
+    # -- looking ahead ------------------------------------------------------------------------
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> int:
+        """Compute the rows of ``prompts`` in one tree pass and keep them, with their last
+        logits, for a ``prefill`` of one of them; return the rows computed.
+
+        The cache is cut to the longest prefix that every prompt and the cached ids share (the
+        tree's root; a prompt ending there is dropped unless ``known`` holds its logits), and
+        the prompts' remaining ids become the tree's branches: each branch's rows see the root
+        and their own ancestors, at their own positions, so a row's logits are those a prefill
+        of that prompt computes (row-wise attention; kernels that compute each row alone: the
+        caller checks that one-row passes are exact). ``interrupt``: see ``forward`` (nothing
+        is kept then).
+        """
+        self.settle()
+        known = dict(known or {})
+        root = len(self.ids)
+        for ids in [*prompts, *map(list, known)]:
+            root = min(root, common_prefix_len(self.ids, ids))
+        tree = TokenTree()
+        for ids in prompts:
+            if len(ids) > root:
+                tree.add(Candidate(ids[root:], "ahead"), max_nodes=len(tree) + len(ids))
+        if not tree.tokens:
+            return 0
+        self.crop(root)
+        mask, depths = tree.attention()  # over [root] + nodes: this tree has no root token
+        logits = self.forward(
+            tree.tokens,
+            tree_mask=mask[1:, 1:],
+            depths=[d - 1 for d in depths[1:]],
+            interrupt=interrupt,
+        )
+        ahead = LookAhead(root, tree, {})
+        for ids in prompts:
+            if len(ids) > root:
+                ahead.logits[tuple(ids[root:])] = logits[_spelled(tree, ids[root:])[-1]]
+        for ids, row in known.items():  # those the tree spells too, or that end at the root
+            if len(_spelled(tree, ids[root:])) == len(ids) - root:
+                ahead.logits.setdefault(tuple(ids[root:]), row)
+        self.ahead = ahead
+        return len(tree.tokens)
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        ahead = self.ahead
+        return (
+            ahead is not None
+            and self.ids[: ahead.root] == ids[: ahead.root]
+            and tuple(ids[ahead.root :]) in ahead.logits
+        )
+
+    def settle(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed
+        ahead (and return its logits), else the longest branch that begins ``ids`` (what a
+        prefill of ``ids`` reuses), else just the root."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None
+        if ids is None or self.ids[: ahead.root] != ids[: ahead.root]:
+            self.crop(ahead.root)
+            return None
+        path = _spelled(ahead.tree, ids[ahead.root :])
+        self.keep(ahead.root, [ahead.root + i for i in path])
+        return ahead.logits.get(tuple(ids[ahead.root :]))
+
+
+def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:
+    """The nodes that spell the longest beginning of ``tokens`` from the tree's root."""
+    path, node = [], -1
+    for token in tokens:
+        node = next((c for c in tree.children(node) if tree.tokens[c] == token), None)
+        if node is None:
+            break
+        path.append(node)
+    return path
 
 
 def _either(first: Callable[[], bool], second: Callable[[], bool] | None) -> bool:

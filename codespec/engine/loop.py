@@ -73,6 +73,7 @@ class GenerationStats:
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source
     pass_log: list[tuple[int, int, float]] = field(default_factory=list)  # (width, kept, s)
     dropped_past_stop: int = 0  # tokens accepted in the stopping pass after the stop point
+    ahead: bool = False  # the prompt was computed ahead (``Engine.look_ahead``): no prefill pass
     ttft_s: float = 0.0
     prefill_s: float = 0.0
     total_s: float = 0.0
@@ -192,6 +193,9 @@ class Engine:
         self.draft_note = ""  # why the draft was released, if it was
         self.draft_step_ratio: float | None = None  # draft step / target pass, when released
         self.prefill_rate: float | None = None  # prompt tokens per second, measured at load
+        # the last request's prompt and the logits after it (what ``look_ahead`` starts from)
+        self.prompt_logits: tuple[list[int], torch.Tensor] | None = None
+        self.ahead_of: list[int] | None = None  # the prompt the standing look-ahead is for
 
     def calibrate(self, context_len: int = 16) -> None:
         """Measure at load what the policy and the verifier need to know about this machine:
@@ -242,6 +246,9 @@ class Engine:
         ids = prompt[:-1]
         chunk = max(8, int((self.prefill_rate or 256 / chunk_s) * chunk_s))
         with self.lock:
+            if self.target.looked_ahead(prompt):
+                return 0  # computed ahead, its last id included
+            self.target.settle(ids)
             shared = common_prefix_len(self.target.ids, ids)
             if shared == len(ids):
                 return 0  # all cached (prefill would recompute the last id for its logits)
@@ -251,6 +258,48 @@ class Engine:
             except Cancelled:
                 pass
             return max(0, len(self.target.ids) - start)
+
+    def look_ahead(
+        self,
+        prompt: list[int],
+        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        cancel: threading.Event,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> int:
+        """While nobody waits: compute ahead the prompts of the next keystrokes at ``prompt``
+        (``next_prompts`` picks them from the logits after ``prompt``), in one tree pass, so
+        that a request that comes with one of them starts from its logits: its first token
+        costs no pass (``CachedModel.look_ahead``). Returns the rows computed.
+
+        Only where a one-row pass computes a row exactly as a wider one does (``calibrate``):
+        the rows computed ahead are then the very rows a prefill would compute, and a
+        completion is the same whether or not it was looked ahead. ``cancel`` or
+        ``interrupt`` stop it between two decoder layers (nothing is kept then)."""
+        if self.pad_single_row or len(prompt) < 2:
+            return 0
+        stop = functools.partial(_either, cancel.is_set, interrupt)
+        with self.lock:
+            if self.ahead_of == prompt and self.target.looked_ahead(prompt):
+                return 0  # done already
+            memo = self.prompt_logits
+            try:
+                if memo is not None and memo[0] == prompt and self._holds(prompt):
+                    logits = memo[1]
+                else:
+                    logits = self.target.prefill(prompt, cancel, interrupt=stop)[0]
+                    self.prompt_logits = (list(prompt), logits)
+                prompts = [ids for ids in next_prompts(logits) if ids != prompt]
+                known = {tuple(prompt): logits}
+                rows = self.target.look_ahead(prompts, known, interrupt=stop)
+            except Cancelled:
+                return 0
+            self.ahead_of = list(prompt)
+            return rows
+
+    def _holds(self, prompt: list[int]) -> bool:
+        """Whether the target's cache holds ``prompt`` (a plain sequence, no look-ahead)."""
+        ids = self.target.ids
+        return self.target.ahead is None and ids[: len(prompt)] == prompt
 
     def generate(
         self,
@@ -285,6 +334,8 @@ class Engine:
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(
                     prompt, cancel, interrupt=interrupt
                 )
+                stats.ahead = stats.prefill_tokens == 0  # (a prefill computes at least one row)
+                self.prompt_logits, self.ahead_of = (list(prompt), logits), None
                 stats.prefill_s = time.perf_counter() - t0
                 pending = self._choose(logits, params.temperature, rng)
                 first = out.push([pending])
@@ -429,6 +480,10 @@ class Engine:
             proposed = len(draft_nodes) if reached else 0
             taken = sum(1 for i in draft_nodes if i in kept) if reached else 0
             self.policy.observe_draft(draft_s, proposed, taken)
+
+
+def _either(first: Callable[[], bool], second: Callable[[], bool] | None) -> bool:
+    return first() or (second is not None and second())
 
 
 def _pass_seconds(model: CachedModel, ids: list[int], tokens: list[int], repeats: int = 3) -> float:

@@ -36,6 +36,7 @@ class Settings:
     prompt_seconds: float = 2.5  # size prompt windows to a cold prefill of this long; 0: off
     warm_ahead: bool = True  # prefill where edits settle / the cursor rests, while idle
     warm_delay_ms: int = 300  # how long they must rest first
+    look_ahead_keys: int = 8  # next keystrokes computed ahead while idle (lookahead.py); 0: off
 
 
 LIMITS = {
@@ -48,6 +49,7 @@ LIMITS = {
     "extra_context_tokens": (0, 65536),
     "prompt_seconds": (0, 600),
     "warm_delay_ms": (0, 60000),
+    "look_ahead_keys": (0, 32),
 }
 CHOICES = {"multiline": ("auto", "always", "never")}
 ALIASES = {
@@ -64,6 +66,7 @@ ALIASES = {
     "promptSeconds": "prompt_seconds",
     "warmAhead": "warm_ahead",
     "warmDelayMs": "warm_delay_ms",
+    "lookAheadKeys": "look_ahead_keys",
 }
 
 

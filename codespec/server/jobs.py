@@ -42,6 +42,7 @@ def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
         suffix_tokens=settings.suffix_tokens,
         extra_tokens=settings.extra_context_tokens,
         prompt_seconds=settings.prompt_seconds,
+        look_ahead_keys=settings.look_ahead_keys if settings.warm_ahead else 0,
     )
 
 
@@ -77,6 +78,8 @@ async def inline_completion(
     where = types.Range(position, position)
     if (through := typed_through(state.shown.get(uri), cursor)) is not None:
         rest, suggestion_id = through
+        # no model run; while the user types on, compute ahead the keystrokes that leave it
+        schedule_warm(ls, doc.offset_at(position, encoding), doc, delay_ms=0, shown_next=rest[0])
         return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
     msg_id = ls.protocol.msg_id
     client_version = doc.version or 0
@@ -184,9 +187,17 @@ def other_documents(state: SessionState, doc: Document) -> tuple[tuple[str, str]
     )
 
 
-def schedule_warm(ls: LanguageServer, offset: int, doc: Document) -> None:
-    """After ``warmDelayMs`` without another edit or cursor report for the document, have the
-    worker prefill the prompt a request at ``offset`` would use (see ``worker.WarmJob``)."""
+def schedule_warm(
+    ls: LanguageServer,
+    offset: int,
+    doc: Document,
+    delay_ms: int | None = None,
+    shown_next: str = "",
+) -> None:
+    """After ``warmDelayMs`` (or ``delay_ms``) without another edit or cursor report for the
+    document, have the worker prefill the prompt a request at ``offset`` would use and compute
+    ahead the next keystrokes there (see ``worker.WarmJob``; ``shown_next``: the ghost text's
+    next character there)."""
     state: SessionState = ls.session  # type: ignore[attr-defined]
     settings = state.settings
     uri = doc.uri
@@ -215,8 +226,10 @@ def schedule_warm(ls: LanguageServer, offset: int, doc: Document) -> None:
                 other_documents(state, doc),
                 lambda: doc.edits,
                 anchors=state.anchors,
+                shown_next=shown_next,
             )
         )
 
     loop = asyncio.get_running_loop()
-    state.warm_timers[uri] = loop.call_later(settings.warm_delay_ms / 1000, submit)
+    delay_ms = settings.warm_delay_ms if delay_ms is None else delay_ms
+    state.warm_timers[uri] = loop.call_later(delay_ms / 1000, submit)

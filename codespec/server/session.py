@@ -275,6 +275,9 @@ def worker_stats(worker: Worker) -> dict:
         "warmed": s.warmed,
         "warm_tokens": s.warm_tokens,
         "warm_preempted": s.warm_preempted,
+        "looked_ahead": s.looked_ahead,
+        "ahead_rows": s.ahead_rows,
+        "ahead_hits": s.ahead_hits,
     }
 
 

@@ -39,6 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
+from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
 from ..stats.record import Timing, new_id, request_row
 from ..stops import Cursor, Mode
@@ -123,7 +124,10 @@ class Job(Place):
 
 @dataclass
 class WarmJob(Place):
-    """Prefill the prompt for a likely next request; nobody waits for it."""
+    """Prefill the prompt for a likely next request, and compute ahead the next keystrokes
+    there (``lookahead.py``); nobody waits for it."""
+
+    shown_next: str = ""  # the ghost text's first character there: typing it needs no model
 
 
 @dataclass
@@ -142,6 +146,9 @@ class WorkerStats:
     warmed: int = 0  # warm-ups run
     warm_tokens: int = 0  # prompt tokens they prefilled
     warm_preempted: int = 0  # warm-ups stopped by a request
+    looked_ahead: int = 0  # places whose next keystrokes were computed ahead
+    ahead_rows: int = 0  # rows those passes computed
+    ahead_hits: int = 0  # requests that started from a prompt computed ahead
 
 
 class Worker:
@@ -380,6 +387,7 @@ class Worker:
             return
         stats = result.stats
         if stats is not None:
+            self.stats.ahead_hits += stats.ahead
             self.stats.tokens += stats.tokens
             self.stats.passes += stats.target_passes + 1
             self.stats.last_prompt = {
@@ -400,6 +408,27 @@ class Worker:
         self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
         self._record(job, "served" if result.text else "empty", result)
         job.future.set_result(result)
+        if result.anchor is not None and job.options.look_ahead_keys:
+            self._look_ahead_after(job, result.text[:1])
+
+    def _look_ahead_after(self, job: Job, shown_next: str) -> None:
+        """While the user reads the answer, compute ahead the next keystrokes at its place
+        (a warm-up of that place, whose prompt is cached already)."""
+        self.warm(
+            WarmJob(
+                job.session,
+                job.uri,
+                job.version,
+                job.cursor,
+                job.options,
+                job.path,
+                job.extra_files,
+                job.current_version,
+                anchors=job.anchors,
+                language=job.language,
+                shown_next=shown_next,
+            )
+        )
 
     def _warm(self, job: WarmJob) -> None:
         current = job.current_version()
@@ -417,6 +446,17 @@ class Worker:
         self.stats.warmed += 1
         self.stats.warm_tokens += computed
         self.stats.warm_preempted += job.cancel.is_set()
+        keys = job.options.look_ahead_keys
+        if keys and not job.cancel.is_set():
+            tokenizer, cursor = pair.tokenizer, job.cursor
+
+            def next_prompts(logits) -> list[list[int]]:
+                chars = likely_next_chars(tokenizer, logits, keys, skip=job.shown_next)
+                return next_key_prompts(tokenizer, anchor, cursor.prefix, cursor.suffix, chars)
+
+            rows = pair.engine.look_ahead(prompt, next_prompts, job.cancel, job.interrupt.is_set)
+            self.stats.looked_ahead += rows > 0
+            self.stats.ahead_rows += rows
 
     def _on_text(self, job: Job) -> Callable[[str], None]:
         def on_text(text: str) -> None:

@@ -20,6 +20,7 @@ export const SERVER_SETTINGS = [
   "promptSeconds",
   "warmAhead",
   "warmDelayMs",
+  "lookAheadKeys",
   "stopRules",
   "speculate",
   "completeMidWord",

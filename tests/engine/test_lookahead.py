@@ -1,0 +1,171 @@
+"""Computing the next keystrokes' prompts ahead: a request that comes with one of them starts
+from its logits without a pass, and every completion is the same, token for token, whether or
+not it was looked ahead (hit, miss, or a look-ahead stopped half way)."""
+
+import threading
+
+import pytest
+import torch
+from helpers import TrueAfter, tiny_qwen2
+
+from codespec.engine import CachedModel, Cancelled, Engine, GenerationParams
+from codespec.engine.attention import use_rowwise_attention
+from codespec.engine.policy import SpeculationPolicy
+from codespec.quant import kernels
+from codespec.quant.load import build_quantized, quantize_dense
+
+PROMPT = [(7 * i + 3) % 96 for i in range(30)]
+# the prompts after typing: one more token; the last token replaced (typed text tokenized
+# anew); two more tokens; one of them sharing the first with another
+NEXT = [PROMPT + [40], PROMPT[:-1] + [41], PROMPT + [42, 43], PROMPT + [42, 44]]
+
+
+@pytest.fixture(scope="module")
+def w8a8_model():
+    """A model whose one-row passes compute a row exactly as wider passes do (the CPU's
+    quantized kernels): where look-ahead runs."""
+    dense = tiny_qwen2(seed=5, vocab=96, hidden=64)
+    plan = kernels.KernelPlan(dtype="float32", kernels={}, forced="w8a8")
+    model = build_quantized(
+        dense.config,
+        quantize_dense(dense.state_dict(), "int4"),
+        torch.float32,
+        plan.kernel_for,
+        digits_for=plan.digits_for,
+    )
+    use_rowwise_attention(model)
+    return model
+
+
+def cold_logits(model, ids: list[int]) -> torch.Tensor:
+    return CachedModel(model, prefill_chunk=8).prefill(ids)[0]
+
+
+def looked_ahead(model) -> CachedModel:
+    cached = CachedModel(model, prefill_chunk=8)
+    logits, _, _ = cached.prefill(PROMPT)
+    rows = cached.look_ahead(NEXT, known={tuple(PROMPT): logits})
+    # the root is PROMPT[:-1]: PROMPT's last token, 41, 40, 42, 43, 44 (41 and 42 shared)
+    assert rows == 6 and cached.ahead is not None and cached.ahead.root == len(PROMPT) - 1
+    return cached
+
+
+@pytest.mark.parametrize("ids", [PROMPT, *NEXT])
+def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(w8a8_model, ids):
+    cached = looked_ahead(w8a8_model)
+    assert cached.looked_ahead(ids)
+    calls = cached.forward_calls
+    logits, reused, computed = cached.prefill(ids)
+    assert (reused, computed) == (len(ids), 0) and cached.forward_calls == calls
+    assert torch.equal(logits, cold_logits(w8a8_model, ids))
+    assert cached.ids == ids and cached.ahead is None
+    # and the cache holds exactly that prompt: the next pass is what it is after a cold prefill
+    cold = CachedModel(w8a8_model, prefill_chunk=8)
+    cold.prefill(ids)
+    assert torch.equal(cached.forward([7, 8]), cold.forward([7, 8]))
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [PROMPT + [42, 45], PROMPT + [50], PROMPT[:-2] + [60, 61], [1, 2, 3], PROMPT + [40, 9, 9]],
+)
+def test_any_other_prompt_reuses_what_it_can_and_gets_the_cold_logits(w8a8_model, ids):
+    cached = looked_ahead(w8a8_model)
+    assert not cached.looked_ahead(ids)
+    logits, reused, computed = cached.prefill(ids)
+    assert reused + computed == len(ids) and computed >= 1
+    assert torch.equal(logits, cold_logits(w8a8_model, ids))
+    if ids[:-1] == PROMPT + [42] or ids[:-2] == PROMPT + [40]:  # a branch it could build on
+        assert reused >= len(PROMPT) + 1
+    assert torch.equal(cached.forward([7]), _cold_after(w8a8_model, ids, [7]))
+
+
+def _cold_after(model, ids, tokens):
+    cold = CachedModel(model, prefill_chunk=8)
+    cold.prefill(ids)
+    return cold.forward(tokens)
+
+
+@pytest.mark.parametrize("surgery", ["crop", "keep", "forward", "reset"])
+def test_any_other_use_of_the_cache_ends_the_look_ahead_first(w8a8_model, surgery):
+    cached = looked_ahead(w8a8_model)
+    root = cached.ahead.root
+    if surgery == "crop":
+        cached.crop(10)
+        assert cached.ids == PROMPT[:10]
+    elif surgery == "keep":
+        cached.keep(root, [])
+        assert cached.ids == PROMPT[:root]
+    elif surgery == "forward":
+        out = cached.forward([7])
+        assert cached.ids == PROMPT[:root] + [7]
+        assert torch.equal(out, _cold_after(w8a8_model, PROMPT[:root], [7]))
+    else:
+        cached.reset()
+        assert cached.ids == []
+    assert cached.ahead is None
+
+
+def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model):
+    cached = CachedModel(w8a8_model, prefill_chunk=8)
+    cached.prefill(PROMPT)
+    with pytest.raises(Cancelled):
+        cached.look_ahead(NEXT, interrupt=TrueAfter(1))
+    assert cached.ahead is None and cached.ids == PROMPT[:-1]
+    logits, reused, _ = cached.prefill(NEXT[0])
+    assert reused == len(PROMPT) - 1
+    assert torch.equal(logits, cold_logits(w8a8_model, NEXT[0]))
+
+
+def engine_for(model) -> Engine:
+    engine = Engine(CachedModel(model, prefill_chunk=8), policy=SpeculationPolicy())
+    engine.pad_single_row = False  # w8a8: one-row passes are exact (``calibrate`` checks)
+    return engine
+
+
+def next_of(logits: torch.Tensor) -> list[list[int]]:
+    """The look-ahead's choice: the prompt extended by each of the 3 likeliest tokens."""
+    return [PROMPT + [t] for t in torch.topk(logits, 3).indices.tolist()]
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_completions_are_the_same_with_and_without_look_ahead(w8a8_model, speculate):
+    params = GenerationParams(max_tokens=12, speculate=speculate)
+    plain = engine_for(w8a8_model)
+    first = plain.generate(PROMPT, params).run()
+    candidates = next_of(plain.prompt_logits[1])
+    expected = {tuple(ids): plain.generate(ids, params).run() for ids in candidates}
+    expected[(1, 2, 3)] = plain.generate([1, 2, 3], params).run()
+
+    for ids, tokens in expected.items():
+        engine = engine_for(w8a8_model)
+        assert engine.generate(PROMPT, params).run() == first
+        rows = engine.look_ahead(PROMPT, next_of, threading.Event())
+        assert rows == 3  # the prompt itself came from the request: only the branches ran
+        assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0  # done already
+        generation = engine.generate(list(ids), params)
+        assert generation.run() == tokens
+        assert generation.stats.ahead == (list(ids) in candidates)
+
+
+def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_model):
+    engine = Engine(CachedModel(target_model, prefill_chunk=8))
+    assert engine.pad_single_row  # until calibrate() proves otherwise
+    engine.generate(PROMPT, GenerationParams(max_tokens=3)).run()
+    assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0
+    assert engine.target.ahead is None
+
+
+def test_a_cancelled_look_ahead_keeps_nothing_and_changes_no_completion(w8a8_model):
+    params = GenerationParams(max_tokens=8)
+    reference = engine_for(w8a8_model)
+    reference.generate(PROMPT, params).run()
+    ids = next_of(reference.prompt_logits[1])[0]
+    expected = reference.generate(ids, params).run()
+    engine = engine_for(w8a8_model)
+    engine.generate(PROMPT, params).run()
+    cancel = threading.Event()
+    assert engine.look_ahead(PROMPT, next_of, cancel, interrupt=TrueAfter(1)) == 0
+    assert engine.target.ahead is None
+    generation = engine.generate(ids, params)
+    assert generation.run() == expected and not generation.stats.ahead
