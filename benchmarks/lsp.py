@@ -7,15 +7,19 @@ standard-library file) the rest of the line is deleted (an incremental ``didChan
 editor sends it) and a request is made at once (a truly cold place: no idle time), or, for
 every other cursor, after ``--idle-s`` seconds without input (the daemon warms the prompt of the
 place where the edit ended meanwhile). Then the true text is typed character by character, each
-keystroke a ``didChange`` followed by an inline completion request, the next one sent when the
-answer came. Typing at speed: at ``--bursts`` more places (warmed, answered), ``--burst-keys``
-characters typed ``--burst-ms`` apart, each request sent without waiting for the one before
-(which the daemon then drops): the first text of each keystroke's own request, and of the last
-one of the burst, what the user sees once they pause. Relay overhead: the same small request
-sent straight to the socket and through a ``codespec lsp`` process, alternately.
+keystroke ``--think-ms`` after the answer to the one before (the user reads it and types on): a
+``didChange`` and an inline completion request. Every place is typed twice, with the
+``lookAheadKeys`` setting at ``--look-ahead-keys`` and at 0 (which goes first alternates), so
+that the look-ahead's effect is measured side by side on the same keystrokes; the keystrokes
+it answered from rows computed ahead are counted from the daemon's ``ahead_hits``. Typing at
+speed: at ``--bursts`` more places (warmed, answered), ``--burst-keys`` characters typed
+``--burst-ms`` apart, each request sent without waiting for the one before (which the daemon
+then drops): the first text of each keystroke's own request, and of the last one of the burst,
+what the user sees once they pause. Relay overhead: the same small request sent straight to the
+socket and through a ``codespec lsp`` process, alternately.
 
     .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4] [--idle-s 3]
-        [--bursts 4] [--burst-keys 5] [--burst-ms 150]
+        [--think-ms 400] [--look-ahead-keys 8] [--bursts 4] [--burst-keys 5] [--burst-ms 150]
 """
 
 from __future__ import annotations
@@ -211,6 +215,7 @@ def main() -> None:
         first_ms = {"on": [], "off": []}
         final_ms = {"on": [], "off": []}
         ahead_first_ms: list[float] = []
+        paired: dict[tuple[int, int], dict[str, float]] = {}  # (place, key) -> setting -> final
         new_place = {"cold": [], "idle": []}  # (first text, whole completion) seconds
         cursors = rng.sample(spots, args.cursors)
         for i, line_no in enumerate(cursors):
@@ -235,7 +240,7 @@ def main() -> None:
                     print(
                         f"line {line_no + 1:4} new place ({kind}): first {first} s, whole {whole} s"
                     )
-                for ch in truth[: args.keystrokes]:
+                for key, ch in enumerate(truth[: args.keystrokes]):
                     time.sleep(args.think_ms / 1000)  # the user reads the answer, types on
                     version += 1
                     at = {"line": line_no, "character": col}
@@ -253,6 +258,7 @@ def main() -> None:
                         typed_through_ms.append(1000 * final)
                     else:
                         final_ms[setting].append(1000 * final)
+                        paired.setdefault((i, key), {})[setting] = 1000 * final
                         if first is not None:
                             first_ms[setting].append(1000 * first)
                             if ahead:
@@ -302,6 +308,7 @@ def main() -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
+    both = [t for t in paired.values() if len(t) == 2]
     report = {
         "think_ms": args.think_ms,
         "look_ahead_keys": args.look_ahead_keys,
@@ -312,6 +319,9 @@ def main() -> None:
         },
         "single_line_total_ms_p50": median(final_ms["on"]),
         "single_line_total_ms_p50_look_ahead_off": median(final_ms["off"]),
+        # the same keystrokes both ways (each ran the model in both rounds)
+        "single_line_total_ms_sum_paired": sum(t["on"] for t in both),
+        "single_line_total_ms_sum_paired_look_ahead_off": sum(t["off"] for t in both),
         "model_requests": len(final_ms["on"]),
         "model_requests_look_ahead_off": len(final_ms["off"]),
         "keystrokes_looked_ahead": len(ahead_first_ms),

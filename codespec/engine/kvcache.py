@@ -205,31 +205,50 @@ class CachedModel:
         """
         self.settle()
         past = len(self.ids)
-        q = len(tokens)
-        input_ids = torch.tensor([tokens], device=self.device)
         mask = positions = None
         if tree_mask is not None:
             assert depths is not None
-            # (1, 1, q, past + q): every new token sees the whole cache and its own ancestors.
-            seen = torch.ones(q, past + q, dtype=torch.bool, device=self.device)
-            seen[:, past:] = tree_mask.to(self.device)
-            mask = seen[None, None]
-            positions = torch.tensor([[past + d for d in depths]], device=self.device)
+            # (q, past + q): every new token sees the whole cache and its own ancestors.
+            mask = torch.ones(len(tokens), past + len(tokens), dtype=torch.bool)
+            mask[:, past:] = tree_mask
+            positions = [past + d for d in depths]
+        return self._pass(tokens, mask, positions, all_logits, interrupt)
+
+    @torch.inference_mode()
+    def _pass(
+        self,
+        tokens: list[int],
+        mask: torch.Tensor | None,  # (q, past + q) bool: what each new token sees; None: causal
+        positions: list[int] | None,  # each new token's position; None: after the cache
+        all_logits: bool,
+        interrupt: Callable[[], bool] | None,
+    ) -> torch.Tensor:
+        """One model pass appending ``tokens`` to the cache (see ``forward``)."""
+        past = len(self.ids)
+        q = len(tokens)
+        input_ids = torch.tensor([tokens], device=self.device)
+        attention_mask = position_ids = None
+        if mask is not None:
+            attention_mask = mask.to(self.device)[None, None]
+        if positions is not None:
+            position_ids = torch.tensor([positions], device=self.device)
         try:
             if self._lean():
-                if positions is None:
-                    positions = torch.arange(past, past + q, device=self.device).unsqueeze(0)
+                if position_ids is None:
+                    position_ids = torch.arange(past, past + q, device=self.device).unsqueeze(0)
                 logits = decoder.forward(
                     self.model,
                     input_ids,
                     self.cache,
-                    positions,
-                    mask,
+                    position_ids,
+                    attention_mask,
                     last_only=not all_logits,
                     before_layer=_raiser(interrupt),
                 )
             else:
-                logits = self._model_forward(input_ids, mask, positions, all_logits, interrupt)
+                logits = self._model_forward(
+                    input_ids, attention_mask, position_ids, all_logits, interrupt
+                )
         except Cancelled:  # the layers that ran hold the new positions, the others never got them
             self._cut(past)
             raise
@@ -310,42 +329,68 @@ class CachedModel:
         """Compute the rows of ``prompts`` in one tree pass and keep them, with their last
         logits, for a ``prefill`` of one of them; return the rows computed.
 
-        The cache is cut to the longest prefix that every prompt and the cached ids share (the
-        tree's root; a prompt ending there is dropped unless ``known`` holds its logits), and
-        the prompts' remaining ids become the tree's branches: each branch's rows see the root
+        The tree's root is the longest prefix that every prompt and the cached ids share; past
+        it the cache keeps only a ``known`` prompt it holds (whose logits the caller has: its
+        rows become the tree's first nodes), and the prompts' remaining ids become the tree's
+        other branches (a prompt ending at the root is kept only when ``known`` holds its
+        logits). Each branch's rows see the root
         and their own ancestors, at their own positions, so a row's logits are those a prefill
         of that prompt computes (row-wise attention; kernels that compute each row alone: the
-        caller checks that one-row passes are exact). ``interrupt``: see ``forward`` (nothing
-        is kept then).
+        caller checks that one-row passes are exact). Called again while a look-ahead stands,
+        it adds the new prompts to that tree in a pass of their own, as long as they share its
+        root (so the likeliest can be ready sooner). ``interrupt``: see ``forward``; the rows
+        of the interrupted pass are dropped, those of earlier passes stay.
         """
-        self.settle()
         known = dict(known or {})
-        root = len(self.ids)
-        for ids in [*prompts, *map(list, known)]:
-            root = min(root, common_prefix_len(self.ids, ids))
-        tree = TokenTree()
+        wanted = [*prompts, *map(list, known)]
+        ahead, self.ahead = self.ahead, None
+        if ahead is None or any(ids[: ahead.root] != self.ids[: ahead.root] for ids in wanted):
+            self.ahead = ahead
+            self.settle()
+            ahead = self._new_look_ahead(wanted, known)
+        root, tree, before = ahead.root, ahead.tree, len(ahead.tree)
         for ids in prompts:
             if len(ids) > root:
                 tree.add(Candidate(ids[root:], "ahead"), max_nodes=len(tree) + len(ids))
-        if not tree.tokens:
-            return 0
-        self.crop(root)
-        mask, depths = tree.attention()  # over [root] + nodes: this tree has no root token
-        logits = self.forward(
-            tree.tokens,
-            tree_mask=mask[1:, 1:],
-            depths=[d - 1 for d in depths[1:]],
-            interrupt=interrupt,
-        )
-        ahead = LookAhead(root, tree, {})
-        for ids in prompts:
-            if len(ids) > root:
-                ahead.logits[tuple(ids[root:])] = logits[_spelled(tree, ids[root:])[-1]]
-        for ids, row in known.items():  # those the tree spells too, or that end at the root
-            if len(_spelled(tree, ids[root:])) == len(ids) - root:
-                ahead.logits.setdefault(tuple(ids[root:]), row)
-        self.ahead = ahead
-        return len(tree.tokens)
+        try:
+            if len(tree) > before:
+                logits = self._pass(
+                    tree.tokens[before:],
+                    _tree_rows_mask(tree, root, before),
+                    [root + tree.depths[i] - 1 for i in range(before, len(tree))],
+                    all_logits=True,
+                    interrupt=interrupt,
+                )
+                for ids in prompts:
+                    node = _spelled(tree, ids[root:])
+                    if len(ids) > root and node[-1] >= before:
+                        ahead.logits[tuple(ids[root:])] = logits[node[-1] - before]
+        except Cancelled:
+            ahead.tree = tree = tree.subset(list(range(before)))[0]
+            raise
+        finally:
+            for ids, row in known.items():  # those the tree spells, or that end at the root
+                if len(_spelled(tree, ids[root:])) == len(ids) - root:
+                    ahead.logits.setdefault(tuple(ids[root:]), row)
+            self.ahead = ahead if ahead.logits else None
+            if self.ahead is None:
+                self.crop(root)  # nothing to look ahead at: the cache stays a plain sequence
+        return len(tree) - before
+
+    def _new_look_ahead(
+        self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
+    ) -> LookAhead:
+        """An empty look-ahead rooted where ``wanted`` and the cache part. A ``known`` prompt
+        the cache holds stays cached: its ids past the root become the tree's first nodes (at
+        the positions they have), so they are neither dropped nor computed again."""
+        root = min([len(self.ids)] + [common_prefix_len(self.ids, ids) for ids in wanted])
+        held = [ids for ids in known if list(ids) == self.ids[: len(ids)]]
+        end = max(map(len, held), default=root)
+        self.crop(end)
+        tree = TokenTree()
+        if end > root:
+            tree.add(Candidate(self.ids[root:end], "ahead"), max_nodes=end - root)
+        return LookAhead(root, tree, {})
 
     def looked_ahead(self, ids: list[int]) -> bool:
         """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
@@ -369,6 +414,18 @@ class CachedModel:
         path = _spelled(ahead.tree, ids[ahead.root :])
         self.keep(ahead.root, [ahead.root + i for i in path])
         return ahead.logits.get(tuple(ids[ahead.root :]))
+
+
+def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> torch.Tensor:
+    """What tree nodes ``start..`` see, (new, root + nodes): the root's positions, and their
+    own ancestors and themselves among the nodes (cached at ``root + node``)."""
+    n = len(tree)
+    mask = torch.zeros(n - start, root + n, dtype=torch.bool)
+    mask[:, :root] = True
+    for row, node in enumerate(range(start, n)):
+        for ancestor in tree.path_to(node):
+            mask[row, root + ancestor] = True
+    return mask
 
 
 def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:

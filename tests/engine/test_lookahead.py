@@ -45,8 +45,9 @@ def looked_ahead(model) -> CachedModel:
     cached = CachedModel(model, prefill_chunk=8)
     logits, _, _ = cached.prefill(PROMPT)
     rows = cached.look_ahead(NEXT, known={tuple(PROMPT): logits})
-    # the root is PROMPT[:-1]: PROMPT's last token, 41, 40, 42, 43, 44 (41 and 42 shared)
-    assert rows == 6 and cached.ahead is not None and cached.ahead.root == len(PROMPT) - 1
+    # the root is PROMPT[:-1]; computed: 41 beside PROMPT's last token (which stays cached as the
+    # tree's first node), and 40, 42, 43, 44 after it (42 shared)
+    assert rows == 5 and cached.ahead is not None and cached.ahead.root == len(PROMPT) - 1
     return cached
 
 
@@ -86,6 +87,30 @@ def _cold_after(model, ids, tokens):
     return cold.forward(tokens)
 
 
+@pytest.mark.parametrize("ids", NEXT)
+def test_a_look_ahead_grows_in_passes_of_its_own(w8a8_model, ids):
+    cached = CachedModel(w8a8_model, prefill_chunk=8)
+    logits, _, _ = cached.prefill(PROMPT)
+    known = {tuple(PROMPT): logits}
+    assert cached.look_ahead(NEXT[:2], known) == 2  # 40, 41 (PROMPT's last token is cached)
+    with pytest.raises(Cancelled):  # a third pass, interrupted: the first two stay
+        cached.look_ahead([PROMPT + [50, 51]], known, interrupt=TrueAfter(1))
+    assert cached.look_ahead(NEXT[2:], known) == 3  # 42, 43, 44
+    assert all(cached.looked_ahead(i) for i in NEXT) and not cached.looked_ahead(PROMPT + [50])
+    logits, reused, computed = cached.prefill(ids)
+    assert (reused, computed) == (len(ids), 0)
+    assert torch.equal(logits, cold_logits(w8a8_model, ids))
+    assert torch.equal(cached.forward([7, 8]), _cold_after(w8a8_model, ids, [7, 8]))
+
+
+def test_prompts_that_leave_the_root_start_a_new_look_ahead(w8a8_model):
+    cached = looked_ahead(w8a8_model)
+    other = PROMPT[:-3] + [70]
+    assert cached.look_ahead([other]) == 1 and cached.ahead.root == len(PROMPT) - 3
+    assert cached.looked_ahead(other) and not cached.looked_ahead(NEXT[0])
+    assert torch.equal(cached.prefill(other)[0], cold_logits(w8a8_model, other))
+
+
 @pytest.mark.parametrize("surgery", ["crop", "keep", "forward", "reset"])
 def test_any_other_use_of_the_cache_ends_the_look_ahead_first(w8a8_model, surgery):
     cached = looked_ahead(w8a8_model)
@@ -106,14 +131,18 @@ def test_any_other_use_of_the_cache_ends_the_look_ahead_first(w8a8_model, surger
     assert cached.ahead is None
 
 
-def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model):
+@pytest.mark.parametrize("known", [False, True])
+def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model, known):
     cached = CachedModel(w8a8_model, prefill_chunk=8)
-    cached.prefill(PROMPT)
+    logits, _, _ = cached.prefill(PROMPT)
     with pytest.raises(Cancelled):
-        cached.look_ahead(NEXT, interrupt=TrueAfter(1))
-    assert cached.ahead is None and cached.ids == PROMPT[:-1]
+        cached.look_ahead(NEXT, {tuple(PROMPT): logits} if known else {}, TrueAfter(1))
+    # what stays: the prompt the caller knows (still cached), else just the root
+    assert cached.looked_ahead(PROMPT) == known
+    if not known:
+        assert cached.ahead is None and cached.ids == PROMPT[:-1]
     logits, reused, _ = cached.prefill(NEXT[0])
-    assert reused == len(PROMPT) - 1
+    assert reused == len(PROMPT) - (0 if known else 1)
     assert torch.equal(logits, cold_logits(w8a8_model, NEXT[0]))
 
 
@@ -124,8 +153,9 @@ def engine_for(model) -> Engine:
 
 
 def next_of(logits: torch.Tensor) -> list[list[int]]:
-    """The look-ahead's choice: the prompt extended by each of the 3 likeliest tokens."""
-    return [PROMPT + [t] for t in torch.topk(logits, 3).indices.tolist()]
+    """The look-ahead's choice: the prompt extended by each of the 5 likeliest tokens (in two
+    passes: ``AHEAD_FIRST`` and the rest)."""
+    return [PROMPT + [t] for t in torch.topk(logits, 5).indices.tolist()]
 
 
 @pytest.mark.parametrize("speculate", [False, True])
@@ -141,11 +171,25 @@ def test_completions_are_the_same_with_and_without_look_ahead(w8a8_model, specul
         engine = engine_for(w8a8_model)
         assert engine.generate(PROMPT, params).run() == first
         rows = engine.look_ahead(PROMPT, next_of, threading.Event())
-        assert rows == 3  # the prompt itself came from the request: only the branches ran
+        assert rows == 5  # the prompt itself came from the request: only the branches ran
         assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0  # done already
         generation = engine.generate(list(ids), params)
         assert generation.run() == tokens
         assert generation.stats.ahead == (list(ids) in candidates)
+
+
+def test_a_look_ahead_stopped_in_its_second_pass_keeps_the_first(w8a8_model):
+    from codespec.engine.loop import AHEAD_FIRST
+
+    engine = engine_for(w8a8_model)
+    engine.generate(PROMPT, GenerationParams(max_tokens=4)).run()
+    layers = w8a8_model.config.num_hidden_layers
+    rows = engine.look_ahead(PROMPT, next_of, threading.Event(), interrupt=TrueAfter(layers + 1))
+    assert rows == AHEAD_FIRST
+    candidates = next_of(engine.prompt_logits[1])
+    assert [engine.target.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
+        False
+    ] * (len(candidates) - AHEAD_FIRST)
 
 
 def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_model):
@@ -156,7 +200,7 @@ def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_mode
     assert engine.target.ahead is None
 
 
-def test_a_cancelled_look_ahead_keeps_nothing_and_changes_no_completion(w8a8_model):
+def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(w8a8_model):
     params = GenerationParams(max_tokens=8)
     reference = engine_for(w8a8_model)
     reference.generate(PROMPT, params).run()
@@ -166,6 +210,6 @@ def test_a_cancelled_look_ahead_keeps_nothing_and_changes_no_completion(w8a8_mod
     engine.generate(PROMPT, params).run()
     cancel = threading.Event()
     assert engine.look_ahead(PROMPT, next_of, cancel, interrupt=TrueAfter(1)) == 0
-    assert engine.target.ahead is None
+    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.prompt_logits[1]))
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead
