@@ -247,7 +247,9 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     result = ahead_worker.submit(Job(**typed)).result(timeout=60)
     assert ahead_worker.stats.ahead_hits == 1 and result.stats.ahead
     assert result.stats.prefill_tokens == 0
-    assert len(ran) == 2 * result.stats.target_passes  # decoding passes only, no prefill
+    # no prefill pass, nor a first decoding pass (the token after the prompt was computed
+    # ahead too, unless it ended the text): the layers of the other decoding passes only
+    assert len(ran) == 2 * max(0, result.stats.target_passes - 1)
 
     pair.engine.target.reset()  # the same keystroke, nothing computed ahead
     plain = Worker(lambda: pair)

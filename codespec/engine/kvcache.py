@@ -401,19 +401,57 @@ class CachedModel:
             and tuple(ids[ahead.root :]) in ahead.logits
         )
 
+    def sequence(self) -> list[int]:
+        """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
+        return self.ids[: self.ahead.root] if self.ahead is not None else self.ids
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        if not self.looked_ahead(ids):
+            return None
+        assert self.ahead is not None
+        return self.ahead.logits[tuple(ids[self.ahead.root :])]
+
     def settle(self, ids: list[int] | None = None) -> torch.Tensor | None:
         """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed
         ahead (and return its logits), else the longest branch that begins ``ids`` (what a
-        prefill of ``ids`` reuses), else just the root."""
+        prefill of ``ids`` reuses), else just the root. The branch's own descendants computed
+        ahead (its likeliest next token, say) stay, as a look-ahead rooted at ``ids``."""
         ahead, self.ahead = self.ahead, None
         if ahead is None:
             return None
         if ids is None or self.ids[: ahead.root] != ids[: ahead.root]:
             self.crop(ahead.root)
             return None
-        path = _spelled(ahead.tree, ids[ahead.root :])
-        self.keep(ahead.root, [ahead.root + i for i in path])
-        return ahead.logits.get(tuple(ids[ahead.root :]))
+        tail = tuple(ids[ahead.root :])
+        path = _spelled(ahead.tree, list(tail))
+        logits = ahead.logits.get(tail)
+        rest = {t[len(tail) :]: row for t, row in ahead.logits.items() if t[: len(tail)] == tail}
+        rest.pop((), None)
+        if logits is None or not path or not rest:
+            self.keep(ahead.root, [ahead.root + i for i in path])
+            return logits
+        below, tree = _subtree(ahead.tree, path[-1])
+        self.keep(ahead.root, [ahead.root + i for i in path + below])
+        self.ahead = LookAhead(len(ids), tree, rest)
+        return logits
+
+
+def _subtree(tree: TokenTree, node: int) -> tuple[list[int], TokenTree]:
+    """The descendants of ``node`` (ascending) and the tree they form below it."""
+    below: list[int] = []
+    sub = TokenTree()
+    index = {node: -1}
+    for i in range(node + 1, len(tree)):
+        if tree.parents[i] in index:
+            index[i] = len(below)
+            below.append(i)
+            sub.tokens.append(tree.tokens[i])
+            sub.parents.append(index[tree.parents[i]])
+            sub.depths.append(tree.depths[i] - tree.depths[node])
+            sub.sources.append(set(tree.sources[i]))
+            sub.q.append(None)
+    return below, sub
 
 
 def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> torch.Tensor:

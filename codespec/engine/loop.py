@@ -271,16 +271,18 @@ class Engine:
         interrupt: Callable[[], bool] | None = None,
     ) -> int:
         """While nobody waits: compute ahead the prompts of the next keystrokes at ``prompt``
-        (``next_prompts`` picks them from the logits after ``prompt``, likeliest first), in two
-        tree passes (the ``AHEAD_FIRST`` likeliest, then the rest), so that a request that
-        comes with one of them starts from its logits: its first token costs no pass
-        (``CachedModel.look_ahead``). Returns the rows computed.
+        (``next_prompts`` picks them from the logits after ``prompt``, likeliest first) as
+        token trees (``CachedModel.look_ahead``), so that a request that comes with one of
+        them starts from its logits: its first token costs no pass, nor its second (each
+        prompt's greedy next token is computed too). Three passes: the ``AHEAD_FIRST``
+        likeliest prompts, the rest, and the next token after each. Returns the rows
+        computed.
 
         Only where a one-row pass computes a row exactly as a wider one does (``calibrate``):
         the rows computed ahead are then the very rows a prefill would compute, and a
         completion is the same whether or not it was looked ahead. ``cancel`` or
         ``interrupt`` stop it between two decoder layers (a pass stopped keeps nothing; the
-        first pass's rows stay when the second is stopped)."""
+        passes before it stay)."""
         if self.pad_single_row or len(prompt) < 2:
             return 0
         stop = functools.partial(_either, cancel.is_set, interrupt)
@@ -297,14 +299,27 @@ class Engine:
                     self.prompt_logits = (list(prompt), logits)
                 prompts = [ids for ids in next_prompts(logits) if ids != prompt]
                 known = {tuple(prompt): logits}
-                # the likeliest in a first, narrower pass: ready sooner for a quick keystroke
-                batches = [prompts[:AHEAD_FIRST], prompts[AHEAD_FIRST:]]
-                for batch in [b for b in batches if b] or [[]]:
-                    rows += self.target.look_ahead(batch, known, interrupt=stop)
-                    self.ahead_of = list(prompt)
+                # The likeliest in a first, narrower pass (ready sooner for a quick keystroke),
+                # the rest in a second, then the target's choice after each (see ``_verify``).
+                first, rest = prompts[:AHEAD_FIRST], prompts[AHEAD_FIRST:]
+                rows += self.target.look_ahead(first, known, interrupt=stop)
+                self.ahead_of = list(prompt)
+                if rest:
+                    rows += self.target.look_ahead(rest, known, interrupt=stop)
+                if choices := self._choices_after(prompts):
+                    rows += self.target.look_ahead(choices, known, interrupt=stop)
             except Cancelled:
                 pass
             return rows
+
+    def _choices_after(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Each of ``prompts`` computed ahead, followed by the target's greedy choice there."""
+        out = []
+        for ids in prompts:
+            logits = self.target.ahead_logits(ids)
+            if logits is not None and (token := int(torch.argmax(logits))) not in self.stop_ids:
+                out.append([*ids, token])
+        return out
 
     def _holds(self, prompt: list[int]) -> bool:
         """Whether the target's cache holds ``prompt`` (a plain sequence, no look-ahead)."""
@@ -359,10 +374,11 @@ class Engine:
                     tree, evidence, draft_start, draft_s = self._propose(prompt, out, params, rng)
                     # 3) Verify: ONE target pass over [pending] + tree (a cancel stops it
                     # between two layers: its tokens would be thrown away anyway).
-                    base = len(self.target.ids)
+                    base = len(self.target.sequence())
                     interrupt = cancel.is_set if cancel is not None else None
-                    logits, seconds = timed(self._verify, pending, tree, interrupt)
-                    self.policy.observe_pass(1 + len(tree), seconds)
+                    (logits, rows), seconds = timed(self._verify, pending, tree, interrupt)
+                    if rows == 1 + len(tree):  # (a pass whose pending row was computed ahead
+                        self.policy.observe_pass(rows, seconds)  # is not a pass of this width)
                     stats.pass_log.append((1 + len(tree), 0, seconds))
                     # 4) Accept: walk the tree with the target's own choices; keep that path.
                     path, bonus = walk_tree(tree, logits, params.temperature, rng)
@@ -445,26 +461,43 @@ class Engine:
 
     def _verify(
         self, pending: int, tree: TokenTree, interrupt: Callable[[], bool] | None = None
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, int]:
         """Logits at [pending] + every node, from one target forward pass (``interrupt``: see
-        ``CachedModel.forward``).
+        ``CachedModel.forward``), and the rows that pass computed.
 
         Where a one-row pass rounds differently from wider ones (dense bf16 GEMMs on some CPUs;
         ``calibrate`` checks), a lone pending token gets a padding row after it, whose logits
         are ignored and whose cache entry ``keep`` drops: plain decoding (one token per pass)
         then stays bit-identical to verification (see ``attention.py``). Where one-row passes
         are exact anyway (the int4/int8 kernels compute each row alone), no padding is paid.
+
+        Where the pending token's row was computed ahead (``look_ahead``: the target's choice
+        after a prompt it computed ahead), its logits come from there and the pass computes
+        the nodes only: each row's numbers are its own, so they are the same bits.
         """
         forward = functools.partial(self.target.forward, interrupt=interrupt)
+        ahead = self.target.ahead_logits([*self.target.sequence(), pending])
+        if ahead is not None:
+            self.target.prefill([*self.target.sequence(), pending])  # keeps that row: no pass
+            if not tree.tokens:
+                return ahead[None], 0
+            if tree.is_chain():
+                rows = forward(tree.tokens)
+            else:
+                mask, depths = tree.attention()
+                rows = forward(
+                    tree.tokens, tree_mask=mask[1:, 1:], depths=[d - 1 for d in depths[1:]]
+                )
+            return torch.cat([ahead[None], rows]), len(tree)
         if not tree.tokens:
             if not self.pad_single_row:
-                return forward([pending])
-            return forward([pending, pending])[:1]
+                return forward([pending]), 1
+            return forward([pending, pending])[:1], 1
         tokens = [pending] + tree.tokens
         if tree.is_chain():  # a chain is plain causal attention: no mask needed
-            return forward(tokens)
+            return forward(tokens), len(tokens)
         mask, depths = tree.attention()
-        return forward(tokens, tree_mask=mask, depths=depths)
+        return forward(tokens, tree_mask=mask, depths=depths), len(tokens)
 
     def _learn(self, tree, path, draft_start, draft_s, evidence, stats: GenerationStats) -> None:
         stats.target_passes += 1

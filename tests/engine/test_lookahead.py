@@ -59,8 +59,10 @@ def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(
     logits, reused, computed = cached.prefill(ids)
     assert (reused, computed) == (len(ids), 0) and cached.forward_calls == calls
     assert torch.equal(logits, cold_logits(w8a8_model, ids))
-    assert cached.ids == ids and cached.ahead is None
-    # and the cache holds exactly that prompt: the next pass is what it is after a cold prefill
+    # the cache holds that prompt, then (for PROMPT) the branches computed after it
+    assert cached.sequence() == ids
+    assert cached.ahead is None if ids != PROMPT else cached.looked_ahead(NEXT[0])
+    # and the next pass is what it is after a cold prefill of that prompt
     cold = CachedModel(w8a8_model, prefill_chunk=8)
     cold.prefill(ids)
     assert torch.equal(cached.forward([7, 8]), cold.forward([7, 8]))
@@ -101,6 +103,23 @@ def test_a_look_ahead_grows_in_passes_of_its_own(w8a8_model, ids):
     assert (reused, computed) == (len(ids), 0)
     assert torch.equal(logits, cold_logits(w8a8_model, ids))
     assert torch.equal(cached.forward([7, 8]), _cold_after(w8a8_model, ids, [7, 8]))
+
+
+def test_a_branch_taken_keeps_what_was_computed_after_it(w8a8_model):
+    cached = looked_ahead(w8a8_model)
+    assert cached.look_ahead([PROMPT + [40, 50], PROMPT + [40, 51, 52]]) == 3
+    calls = cached.forward_calls
+    assert torch.equal(cached.prefill(PROMPT + [40])[0], cold_logits(w8a8_model, PROMPT + [40]))
+    # the rest of that branch stands, rooted after it; the other branches are gone
+    assert cached.sequence() == PROMPT + [40] and cached.ahead.root == len(PROMPT) + 1
+    assert not cached.looked_ahead(NEXT[1])
+    for ids in (PROMPT + [40, 51, 52], PROMPT + [40, 50]):
+        assert cached.looked_ahead(ids)
+    logits, reused, computed = cached.prefill(PROMPT + [40, 51, 52])
+    assert (reused, computed) == (len(PROMPT) + 3, 0) and cached.forward_calls == calls
+    assert torch.equal(logits, cold_logits(w8a8_model, PROMPT + [40, 51, 52]))
+    assert cached.ahead is None and cached.ids == PROMPT + [40, 51, 52]
+    assert torch.equal(cached.forward([7]), _cold_after(w8a8_model, PROMPT + [40, 51, 52], [7]))
 
 
 def test_prompts_that_leave_the_root_start_a_new_look_ahead(w8a8_model):
@@ -171,7 +190,9 @@ def test_completions_are_the_same_with_and_without_look_ahead(w8a8_model, specul
         engine = engine_for(w8a8_model)
         assert engine.generate(PROMPT, params).run() == first
         rows = engine.look_ahead(PROMPT, next_of, threading.Event())
-        assert rows == 5  # the prompt itself came from the request: only the branches ran
+        # the prompt itself came from the request: the 5 branches, and after each the target's
+        # choice there (unless that ends the text)
+        assert 5 < rows <= 10
         assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0  # done already
         generation = engine.generate(list(ids), params)
         assert generation.run() == tokens
@@ -190,6 +211,32 @@ def test_a_look_ahead_stopped_in_its_second_pass_keeps_the_first(w8a8_model):
     assert [engine.target.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
         False
     ] * (len(candidates) - AHEAD_FIRST)
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_the_second_token_of_a_prompt_computed_ahead_needs_no_pass_either(w8a8_model, speculate):
+    """The look-ahead also computes the target's choice after each prompt: a request that
+    starts from one then runs a pass less, and gets the same tokens (speculating too: its
+    first pass then computes the proposals' rows only; how many passes the policy runs depends
+    on what it measured, so only plain decoding's are counted)."""
+    params = GenerationParams(max_tokens=10, speculate=speculate)
+    reference = engine_for(w8a8_model)
+    reference.generate(PROMPT, params).run()
+    candidates = next_of(reference.prompt_logits[1])
+    for ids in candidates:
+        reference.target.reset()
+        expected = reference.generate(ids, params)
+        expected.run()
+        decoding_passes = expected.stats.target_passes  # (its prefill took passes of its own)
+
+        engine = engine_for(w8a8_model)
+        engine.generate(PROMPT, params).run()
+        engine.look_ahead(PROMPT, next_of, threading.Event())
+        calls = engine.target.forward_calls
+        generation = engine.generate(ids, params)
+        assert generation.run() == expected.tokens and generation.stats.ahead
+        if not speculate:  # one pass a token: no prefill pass, and the first decoding pass
+            assert engine.target.forward_calls - calls == decoding_passes - 1  # saved too
 
 
 def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_model):
