@@ -10,8 +10,9 @@ operations:
 * ``keep(n, extra)``: keep the first ``n`` cached positions plus the chosen ``extra`` ones
   (the accepted path of a token tree), dropping the rest;
 * ``look_ahead(prompts, known)``: compute, in one tree pass, the rows of several prompts a
-  request may come with next (the current one typed a character further); a ``prefill`` of
-  one of them then returns its logits without a pass (see ``LookAhead``).
+  request may come with next (the current one typed a character further, or that and the
+  token the target chooses next); a ``prefill`` of one of them then returns its logits
+  without a pass (see ``LookAhead``).
 
 Passes of the architectures ``decoder.py`` knows (Qwen2, Llama) go through its lean forward,
 bit-identical to the model's own and cheaper per pass; others through the model's forward.
@@ -333,10 +334,10 @@ class CachedModel:
         it the cache keeps only a ``known`` prompt it holds (whose logits the caller has: its
         rows become the tree's first nodes), and the prompts' remaining ids become the tree's
         other branches (a prompt ending at the root is kept only when ``known`` holds its
-        logits). Each branch's rows see the root
-        and their own ancestors, at their own positions, so a row's logits are those a prefill
-        of that prompt computes (row-wise attention; kernels that compute each row alone: the
-        caller checks that one-row passes are exact). Called again while a look-ahead stands,
+        logits). Each branch's rows see the root and their own ancestors, at their own
+        positions, so a row's logits are those a prefill of that prompt computes (row-wise
+        attention; kernels that compute each row alone: the caller checks that one-row passes
+        are exact). Called again while a look-ahead stands,
         it adds the new prompts to that tree in a pass of their own, as long as they share its
         root (so the likeliest can be ready sooner). ``interrupt``: see ``forward``; the rows
         of the interrupted pass are dropped, those of earlier passes stay.
