@@ -314,7 +314,7 @@ class CachedModel:
             rows = ids[start : start + step]
             stop = interrupt
             if cancel is not None and len(rows) <= REDO_ROWS:
-                stop = functools.partial(_either, cancel.is_set, interrupt)
+                stop = functools.partial(either, cancel.is_set, interrupt)
             logits = self.forward(rows, all_logits=False, interrupt=stop)
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
@@ -478,7 +478,8 @@ def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:
     return path
 
 
-def _either(first: Callable[[], bool], second: Callable[[], bool] | None) -> bool:
+def either(first: Callable[[], bool], second: Callable[[], bool] | None) -> bool:
+    """Whether ``first()`` or, given, ``second()`` is true."""
     return first() or (second is not None and second())
 
 

@@ -28,7 +28,7 @@ import torch
 
 from .attention import use_rowwise_attention
 from .draft import DraftProposer
-from .kvcache import CachedModel, Cancelled, common_prefix_len, timed
+from .kvcache import CachedModel, Cancelled, common_prefix_len, either, timed
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
 from .tree import TokenTree
@@ -285,7 +285,7 @@ class Engine:
         passes before it stay)."""
         if self.pad_single_row or len(prompt) < 2:
             return 0
-        stop = functools.partial(_either, cancel.is_set, interrupt)
+        stop = functools.partial(either, cancel.is_set, interrupt)
         with self.lock:
             if self.ahead_of == prompt and self.target.looked_ahead(prompt):
                 return 0  # done already
@@ -476,9 +476,9 @@ class Engine:
         the nodes only: each row's numbers are its own, so they are the same bits.
         """
         forward = functools.partial(self.target.forward, interrupt=interrupt)
-        ahead = self.target.ahead_logits([*self.target.sequence(), pending])
-        if ahead is not None:
-            self.target.prefill([*self.target.sequence(), pending])  # keeps that row: no pass
+        with_pending = [*self.target.sequence(), pending]
+        if (ahead := self.target.ahead_logits(with_pending)) is not None:
+            self.target.settle(with_pending)  # keeps that row: no pass
             if not tree.tokens:
                 return ahead[None], 0
             if tree.is_chain():
@@ -523,10 +523,6 @@ class Engine:
             proposed = len(draft_nodes) if reached else 0
             taken = sum(1 for i in draft_nodes if i in kept) if reached else 0
             self.policy.observe_draft(draft_s, proposed, taken)
-
-
-def _either(first: Callable[[], bool], second: Callable[[], bool] | None) -> bool:
-    return first() or (second is not None and second())
 
 
 def _pass_seconds(model: CachedModel, ids: list[int], tokens: list[int], repeats: int = 3) -> float:
