@@ -408,8 +408,8 @@ class Worker:
         self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
         self._record(job, "served" if result.text else "empty", result)
         job.future.set_result(result)
-        if result.anchor is not None and job.options.look_ahead_keys:
-            self._look_ahead_after(job, result.text[:1])
+        if stats is not None and result.anchor is not None and job.options.look_ahead_keys:
+            self._look_ahead_after(job, result.text[:1])  # (not where the model did not run)
 
     def _look_ahead_after(self, job: Job, shown_next: str) -> None:
         """While the user reads the answer, compute ahead the next keystrokes at its place
