@@ -219,6 +219,14 @@ def wait_for(check, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+def layers_at_answer(future, ran: list[int]) -> list[int]:
+    """Filled with ``len(ran)`` the moment the worker answers (in its own thread, before it
+    goes on to a look-ahead whose layers would add to ``ran``)."""
+    mark: list[int] = []
+    future.add_done_callback(lambda _: mark.append(len(ran)))
+    return mark
+
+
 def likely_chars(pair, shown: str) -> list[str]:
     """The characters the look-ahead computes after the last request (``lookahead.py``)."""
     from codespec.lookahead import likely_next_chars
@@ -244,12 +252,14 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     assert len(chars) >= 2 and ahead_worker.stats.ahead_rows >= len(chars)
     ran.clear()
     typed = place("file:///l.py", BODY, 60, typed=chars[1], anchors=anchors, options=AHEAD)
-    result = ahead_worker.submit(Job(**typed)).result(timeout=60)
+    answer = ahead_worker.submit(Job(**typed))
+    layers = layers_at_answer(answer, ran)
+    result = answer.result(timeout=60)
     assert ahead_worker.stats.ahead_hits == 1 and result.stats.ahead
     assert result.stats.prefill_tokens == 0
     # no prefill pass, nor a first decoding pass (the token after the prompt was computed
     # ahead too, unless it ended the text): the layers of the other decoding passes only
-    assert len(ran) == 2 * max(0, result.stats.target_passes - 1)
+    assert layers == [2 * max(0, result.stats.target_passes - 1)]
 
     pair.engine.target.reset()  # the same keystroke, nothing computed ahead
     plain = Worker(lambda: pair)
@@ -267,14 +277,15 @@ def test_a_request_stops_a_look_ahead_between_layers(slow_w8a8_pair, ahead_worke
     shown = ahead_worker.submit(
         Job(**place("file:///m.py", BODY, 60, anchors=anchors, options=AHEAD))
     )
+    at_answer = layers_at_answer(shown, ran)
     shown.result(timeout=60)
-    ran.clear()
-    wait_for(lambda: len(ran) >= 1)  # the look-ahead's tree pass has begun (layer 0 ran)
-    width = ran[0]
+    start = at_answer[0]
+    wait_for(lambda: len(ran) > start)  # the look-ahead's first pass has begun (layer 0 ran)
+    width = ran[start]
     assert width >= 2  # a tree of next keystrokes, not a one-row pass
     typed = place("file:///m.py", BODY, 60, typed="\t\t", anchors=anchors, options=AHEAD)
     assert ahead_worker.submit(Job(**typed)).result(timeout=60) is not None
-    assert ran.count(width) == 1  # layer 1 of the look-ahead never ran
+    assert ran[start + 1] != width  # layer 1 of the look-ahead never ran: the request's did
     assert ahead_worker.stats.looked_ahead == 0 and ahead_worker.stats.ahead_hits == 0
 
 
