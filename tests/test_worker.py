@@ -261,6 +261,8 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     # ahead too, unless it ended the text): the layers of the other decoding passes only
     assert layers == [2 * max(0, result.stats.target_passes - 1)]
 
+    ahead_worker.stop()  # (the look-ahead after that answer runs on the same pair: wait it out)
+    ahead_worker.thread.join(timeout=60)
     pair.engine.target.reset()  # the same keystroke, nothing computed ahead
     plain = Worker(lambda: pair)
     try:
