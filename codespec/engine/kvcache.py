@@ -458,13 +458,8 @@ def _subtree(tree: TokenTree, node: int) -> tuple[list[int], TokenTree]:
 def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> torch.Tensor:
     """What tree nodes ``start..`` see, (new, root + nodes): the root's positions, and their
     own ancestors and themselves among the nodes (cached at ``root + node``)."""
-    n = len(tree)
-    mask = torch.zeros(n - start, root + n, dtype=torch.bool)
-    mask[:, :root] = True
-    for row, node in enumerate(range(start, n)):
-        for ancestor in tree.path_to(node):
-            mask[row, root + ancestor] = True
-    return mask
+    ancestors = tree.attention()[0][1 + start :, 1:]  # (over [root token] + nodes: drop it)
+    return torch.cat([torch.ones(len(ancestors), root, dtype=torch.bool), ancestors], dim=1)
 
 
 def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:
