@@ -165,11 +165,17 @@ def kernel_form(weight: QuantWeight, kind: str) -> QuantWeight:
     return weight
 
 
+# The int4 kernel lays its packed weight out in blocks of output rows: 64 with AVX-512, 32 with
+# AVX2. Converted in blocks of a multiple of this, the codes pack exactly as the whole does.
+INT4_PACK_BLOCK = 64
+
+
 def pack_int4(q: torch.Tensor, rows: int = 2048) -> torch.Tensor:
     """4-bit codes (N, K) in the int4 kernel's packed layout, (N, K / 2) bytes. The op takes
-    int32 codes: converted a block of rows at a time, the LM head's transient is 12 MB, not
-    933 MB. Blocks of a multiple of 32 rows pack exactly as the whole does (see
-    ``tests/test_quant.py``)."""
+    int32 codes: converted ``rows`` at a time (a multiple of ``INT4_PACK_BLOCK``), the LM
+    head's transient is 12 MB, not 933 MB (see ``tests/test_quant.py``)."""
+    if rows % INT4_PACK_BLOCK:
+        raise ValueError(f"int4 codes pack in blocks of {INT4_PACK_BLOCK} rows, not {rows}")
     n, k = q.shape
     out = torch.empty(n, k // 2, dtype=torch.uint8)
     for i in range(0, n, rows):
