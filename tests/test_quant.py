@@ -21,14 +21,20 @@ from codespec.models import (
 from codespec.quant import kernels
 from codespec.quant.from_gguf import Q4_K_BLOCK_BYTES, hf_name, q4_k_to_int4
 from codespec.quant.layers import (
+    SAFE_WEIGHT_LEVELS,
+    WIDE_WEIGHT_LEVELS,
     Int8Weight,
     QuantEmbedding,
     QuantLinear,
     pack_int4,
+    prepack_w8a8,
     quantize_int4,
     quantize_int8,
     requantize_int8,
+    sums_8bit_weights_exactly,
     unpack_stored,
+    w8a8_matmul,
+    w8a8_weight_levels,
 )
 from codespec.quant.load import WEIGHTS_FILE, build_quantized, quantize_dense, read_stored
 
@@ -140,7 +146,7 @@ def test_w8a8_computes_x_w_plus_b_with_each_row_rounded_to_8_bits():
     layer = QuantLinear(weight, bias, "w8a8", torch.float32)
     x = torch.randn(5, 64)
     x[0] *= 1000  # rows of very different sizes: each has its own scale
-    w8 = quantize_int8(weight.dequantize(), levels=63)  # 7-bit weights: no int16 overflow
+    w8 = quantize_int8(weight.dequantize(), levels=w8a8_weight_levels())
     step = x.abs().amax(1, keepdim=True) / 127
     rounded = torch.round(x / step) * step  # what the kernel sees of x
     expected = rounded @ w8.dequantize().T + bias
@@ -150,12 +156,44 @@ def test_w8a8_computes_x_w_plus_b_with_each_row_rounded_to_8_bits():
     assert ((layer(x) - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.05
 
 
-def test_w8a8_does_not_overflow_on_large_weights_and_inputs():
-    """All-extreme inputs and weights: with 8-bit weights, int16 pair sums would saturate."""
-    weight = quantize_int8(torch.ones(32, 64), levels=63)
+@pytest.mark.parametrize("levels", [SAFE_WEIGHT_LEVELS, "chosen"])
+def test_w8a8_does_not_overflow_on_large_weights_and_inputs(levels):
+    """All-extreme inputs and weights, 7-bit and the levels chosen for this machine (8-bit
+    where its kernel sums in int32): where int16 pair sums saturated, the product would be off."""
+    levels = w8a8_weight_levels() if levels == "chosen" else levels
+    weight = Int8Weight(torch.full((32, 64), levels, dtype=torch.int8), torch.ones(32), levels)
+    weight.q[1::2] = -levels
     layer = QuantLinear(weight, None, "w8a8", torch.float32)
-    x = torch.ones(2, 64)
-    assert torch.allclose(layer(x), x @ weight.dequantize().T, rtol=1e-5)
+    x = torch.ones(3, 64)
+    x[1] = -1
+    assert torch.equal(layer(x), x @ weight.dequantize().T)
+
+
+def saturating_pairs(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    """What AVX2's u8 x s8 kernel computes (``vpmaddubsw``): inputs stored as x + 128, products
+    added in pairs into int16 with saturation, then summed in int32."""
+    stored = (torch.round(x) + 128).long()
+    q = weight.q.long()
+    products = stored[:, None, :] * q[None, :, :]
+    pairs = (products[..., 0::2] + products[..., 1::2]).clamp(-(2**15), 2**15 - 1)
+    return (pairs.sum(-1) - 128 * q.sum(-1)).float() * weight.scale
+
+
+def exact_pairs(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    return (torch.round(x).long() @ weight.q.long().T).float() * weight.scale
+
+
+def test_8_bit_weights_only_where_the_kernel_sums_them_exactly():
+    assert not sums_8bit_weights_exactly(saturating_pairs)
+    assert sums_8bit_weights_exactly(exact_pairs)
+    # 7-bit codes are what make the saturating kernel exact on such inputs
+    weight = quantize_int8(torch.randn(8, 64), SAFE_WEIGHT_LEVELS)
+    x = torch.full((2, 64), 127.0)
+    assert torch.equal(saturating_pairs(x, weight), exact_pairs(x, weight))
+    # and this machine's choice is one of the two
+    assert w8a8_weight_levels() in (SAFE_WEIGHT_LEVELS, WIDE_WEIGHT_LEVELS)
+    if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS:
+        assert sums_8bit_weights_exactly(lambda x, w: w8a8_matmul(x, prepack_w8a8(w)))
 
 
 def test_w8a8_two_digit_inputs_lose_little_to_rounding():
@@ -165,7 +203,7 @@ def test_w8a8_two_digit_inputs_lose_little_to_rounding():
     x = torch.randn(5, 64)
     x[:, 3] *= 40
     x[1] *= 1e-3  # each row has its own scale, in both digits
-    exact = x @ quantize_int8(weight.dequantize(), levels=63).dequantize().T
+    exact = x @ quantize_int8(weight.dequantize(), w8a8_weight_levels()).dequantize().T
 
     def error(digits: int) -> float:
         got = QuantLinear(weight, None, "w8a8", torch.float32, digits)(x)

@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 import torch
 
 from .layers import (
-    W8A8_WEIGHT_LEVELS,
     Int4Weight,
     Int8Weight,
     QuantLinear,
     QuantWeight,
     requantize_int8,
+    w8a8_weight_levels,
 )
 
 FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -69,7 +69,7 @@ def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
     none (int4 parts stored in different forms)."""
     if kernel in ("int8", "w8a8"):
         # per-row scales: requantizing the parts one by one gives the rows of the whole
-        levels = W8A8_WEIGHT_LEVELS if kernel == "w8a8" else 127
+        levels = w8a8_weight_levels() if kernel == "w8a8" else 127
         parts = [
             w if isinstance(w, Int8Weight) and levels == 127 else requantize_int8(w, levels)
             for w in weights

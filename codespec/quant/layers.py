@@ -22,10 +22,13 @@ Two stored forms, both plain tensors (safetensors, never pickle):
       step = max|x_row| / 127,  x_row ~= step * a  with a in -127..127
       y_row = step * (a . q) * scale          (a . q summed exactly in int32)
 
-  The weights get 7 bits (q in -63..63), not 8: on AVX2 the kernel multiplies unsigned 8-bit
-  inputs (a + 128) by signed 8-bit weights and adds pairs into int16 with saturation, and
+  The weights get 8 bits (q in -127..127) where the kernel sums the products in int32 (AVX-512
+  VNNI's ``vpdpbusd``), and 7 bits (q in -63..63) elsewhere: on AVX2 it multiplies unsigned
+  8-bit inputs (a + 128) by signed 8-bit weights and adds pairs into int16 with saturation, and
   2 * 255 * 63 stays below 2^15 (torch's ``reduce_range`` takes the bit from the activations
-  instead; on the real model that measured worse: activations have the outliers).
+  instead; on the real model that measured worse: activations have the outliers). Which one
+  this machine's kernel does is probed once, on inputs that saturate int16 pairs
+  (``w8a8_weight_levels``).
 
   Because the sum is exact integer arithmetic and the rounding uses only the row itself, a
   row's result is the same bits in a pass of any width.
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -157,11 +161,12 @@ def _rows(weight: QuantWeight, start: int, stop: int) -> QuantWeight:
 
 def kernel_form(weight: QuantWeight, kind: str) -> QuantWeight:
     """The weight as kernel ``kind`` takes it: ``int8`` int8 weights as they are and int4 ones
-    requantized to 8 bits; ``w8a8`` 7-bit codes (see ``prepack_w8a8``); ``int4`` as it is."""
+    requantized to 8 bits; ``w8a8`` codes in ``-levels..levels`` (``w8a8_weight_levels``);
+    ``int4`` as it is."""
     if kind == "int8" and not isinstance(weight, Int8Weight):
         return requantize_int8(weight, 127)
     if kind == "w8a8":
-        return requantize_int8(weight, W8A8_WEIGHT_LEVELS)
+        return requantize_int8(weight, w8a8_weight_levels())
     return weight
 
 
@@ -195,14 +200,16 @@ def unpack_stored(stored: dict[str, torch.Tensor]) -> QuantWeight:
     return Int4Weight.unpack(stored) if "q4" in stored else Int8Weight.unpack(stored)
 
 
-# w8a8: a row's inputs become integers in -127..127, stored as uint8 around 128 (1..255); the
-# weights integers in -63..63, so that no pair of products overflows int16 (see above)
-ACTIVATION_LEVELS, ACTIVATION_ZERO, W8A8_WEIGHT_LEVELS = 127, 128, 63
+# w8a8: a row's inputs become integers in -127..127, stored as uint8 around 128 (1..255)
+ACTIVATION_LEVELS, ACTIVATION_ZERO = 127, 128
+# the weights: integers in -127..127 where the kernel sums products in int32, else in -63..63,
+# so that no pair of products overflows int16 (see above and ``w8a8_weight_levels``)
+WIDE_WEIGHT_LEVELS, SAFE_WEIGHT_LEVELS = 127, 63
 
 
 def prepack_w8a8(weight: Int8Weight):
     """The int8 weight in fbgemm's packed layout (the codes are not kept beside it); its codes
-    must lie in -63..63 (``W8A8_WEIGHT_LEVELS``)."""
+    must lie in ``-levels..levels`` for ``w8a8_weight_levels()``."""
     n, _ = weight.q.shape
     with warnings.catch_warnings():  # quantized tensors are deprecated in name only in 2.x
         warnings.simplefilter("ignore")
@@ -244,10 +251,42 @@ def w8a8_matmul(x: torch.Tensor, packed, digits: int = 1) -> torch.Tensor:
 def w8a8_available() -> bool:
     """Whether torch's quantized engine runs the w8a8 op here (fbgemm: x86 with AVX2)."""
     try:
-        layer = prepack_w8a8(quantize_int8(torch.ones(16, 32), W8A8_WEIGHT_LEVELS))
+        layer = prepack_w8a8(quantize_int8(torch.ones(16, 32), SAFE_WEIGHT_LEVELS))
         return bool(torch.isfinite(w8a8_matmul(torch.ones(2, 32), layer)).all())
     except (RuntimeError, NotImplementedError, AttributeError):
         return False
+
+
+@functools.cache
+def w8a8_weight_levels() -> int:
+    """The widest weight codes (``WIDE_WEIGHT_LEVELS`` or ``SAFE_WEIGHT_LEVELS``) whose w8a8
+    products this machine's kernel sums exactly (``sums_8bit_weights_exactly``)."""
+    if w8a8_available() and sums_8bit_weights_exactly(
+        lambda x, weight: w8a8_matmul(x, prepack_w8a8(weight))
+    ):
+        return WIDE_WEIGHT_LEVELS
+    return SAFE_WEIGHT_LEVELS
+
+
+def sums_8bit_weights_exactly(matmul: Callable[[torch.Tensor, Int8Weight], torch.Tensor]) -> bool:
+    """Whether ``matmul(x, weight)`` (x times the int8 weight's codes, as ``w8a8_matmul`` does
+    it) is the exact integer product for 8-bit weights on inputs where a kernel that adds pairs
+    of products into int16 saturates: inputs at +127 (stored 255) times weights at +-127,
+    2 * 255 * 127 > 2^15. Passes of 1 to 5 rows (kernels differ by row count)."""
+    k = 256
+    generator = torch.Generator().manual_seed(0)
+    levels = WIDE_WEIGHT_LEVELS
+    codes = torch.randint(-levels, levels + 1, (32, k), generator=generator)
+    codes[0::4], codes[1::4] = levels, -levels
+    weight = Int8Weight(codes.to(torch.int8), torch.ones(32), levels)
+    for rows in range(1, 6):
+        x = torch.randint(-127, 128, (rows, k), generator=generator)
+        x[0::2] = 127
+        x[:, 0] = 127  # each row's step is 1: the kernel sees these very integers
+        exact = (x.long() @ codes.long().T).double()  # (< 2^24: float32 holds it exactly)
+        if not torch.equal(matmul(x.float(), weight).double(), exact):
+            return False
+    return True
 
 
 class QuantLinear(torch.nn.Module):
