@@ -25,7 +25,15 @@ from pathlib import Path
 
 import torch
 
-from .layers import Int4Weight, QuantLinear, QuantWeight, int4_fits, w8a8_available
+from .layers import (
+    WIDE_WEIGHT_LEVELS,
+    Int4Weight,
+    QuantLinear,
+    QuantWeight,
+    int4_fits,
+    w8a8_available,
+    w8a8_weight_levels,
+)
 
 WIDTHS = (1, 2, 4, 8)
 # Decode passes are mostly narrow: weigh the widths by how often the decode loop runs them.
@@ -88,7 +96,10 @@ class KernelPlan:
             if input_digits(self.forced or self.kernels.get(p, ""), p) == 2
         ]
         digits = f", {'/'.join(two)} inputs in two 8-bit digits" if two else ""
-        return f"{self.dtype} activations, {'/'.join(kinds)} weights{digits} ({self.reason})"
+        bits = ""
+        if "w8a8" in kinds:  # (8 where the kernel sums in int32, see ``w8a8_weight_levels``)
+            bits = f" ({8 if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS else 7}-bit w8a8 codes)"
+        return f"{self.dtype} activations, {'/'.join(kinds)} weights{bits}{digits} ({self.reason})"
 
 
 def input_digits(kernel: str, proj: str) -> int:
