@@ -98,7 +98,7 @@ class KernelPlan:
         digits = f", {'/'.join(two)} inputs in two 8-bit digits" if two else ""
         bits = ""
         if "w8a8" in kinds:  # (8 where the kernel sums in int32, see ``w8a8_weight_levels``)
-            bits = f" ({8 if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS else 7}-bit w8a8 codes)"
+            bits = f" ({8 if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS else 7}-bit codes)"
         return f"{self.dtype} activations, {'/'.join(kinds)} weights{bits}{digits} ({self.reason})"
 
 
