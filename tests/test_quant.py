@@ -27,13 +27,12 @@ from codespec.quant.layers import (
     QuantEmbedding,
     QuantLinear,
     pack_int4,
-    prepack_w8a8,
     quantize_int4,
     quantize_int8,
     requantize_int8,
     sums_8bit_weights_exactly,
     unpack_stored,
-    w8a8_matmul,
+    w8a8_product,
     w8a8_weight_levels,
 )
 from codespec.quant.load import WEIGHTS_FILE, build_quantized, quantize_dense, read_stored
@@ -193,7 +192,7 @@ def test_8_bit_weights_only_where_the_kernel_sums_them_exactly():
     # and this machine's choice is one of the two
     assert w8a8_weight_levels() in (SAFE_WEIGHT_LEVELS, WIDE_WEIGHT_LEVELS)
     if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS:
-        assert sums_8bit_weights_exactly(lambda x, w: w8a8_matmul(x, prepack_w8a8(w)))
+        assert sums_8bit_weights_exactly(w8a8_product)
 
 
 def test_w8a8_two_digit_inputs_lose_little_to_rounding():
@@ -233,7 +232,7 @@ def test_only_w8a8_takes_its_input_in_digits():
 def test_the_plan_summary_names_the_two_digit_inputs_it_runs(forced, kernels_by_proj, two):
     plan = kernels.KernelPlan("float32", kernels_by_proj, reason="why", forced=forced)
     summary = plan.summary()
-    bits = 8 if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS else 7
+    bits = {WIDE_WEIGHT_LEVELS: 8, SAFE_WEIGHT_LEVELS: 7}[w8a8_weight_levels()]
     assert (f"({bits}-bit codes)" in summary) == ("w8a8" in summary)
     if two is None:
         assert "digits" not in summary

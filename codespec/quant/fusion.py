@@ -26,8 +26,7 @@ from .layers import (
     Int8Weight,
     QuantLinear,
     QuantWeight,
-    requantize_int8,
-    w8a8_weight_levels,
+    kernel_form,
 )
 
 FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -68,12 +67,8 @@ def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
     """The parts' weights as one (rows stacked), in a form ``kernel`` takes; None if there is
     none (int4 parts stored in different forms)."""
     if kernel in ("int8", "w8a8"):
-        # per-row scales: requantizing the parts one by one gives the rows of the whole
-        levels = w8a8_weight_levels() if kernel == "w8a8" else 127
-        parts = [
-            w if isinstance(w, Int8Weight) and levels == 127 else requantize_int8(w, levels)
-            for w in weights
-        ]
+        # per-row scales: the parts in the kernel's form, one by one, are the rows of the whole
+        parts = [kernel_form(w, kernel) for w in weights]
         same = {p.levels for p in parts}
         return Int8Weight(
             torch.cat([p.q for p in parts]),

@@ -26,13 +26,12 @@ from pathlib import Path
 import torch
 
 from .layers import (
-    WIDE_WEIGHT_LEVELS,
     Int4Weight,
     QuantLinear,
     QuantWeight,
     int4_fits,
     w8a8_available,
-    w8a8_weight_levels,
+    w8a8_weight_bits,
 )
 
 WIDTHS = (1, 2, 4, 8)
@@ -96,9 +95,7 @@ class KernelPlan:
             if input_digits(self.forced or self.kernels.get(p, ""), p) == 2
         ]
         digits = f", {'/'.join(two)} inputs in two 8-bit digits" if two else ""
-        bits = ""
-        if "w8a8" in kinds:  # (8 where the kernel sums in int32, see ``w8a8_weight_levels``)
-            bits = f" ({8 if w8a8_weight_levels() == WIDE_WEIGHT_LEVELS else 7}-bit codes)"
+        bits = f" ({w8a8_weight_bits()}-bit codes)" if "w8a8" in kinds else ""
         return f"{self.dtype} activations, {'/'.join(kinds)} weights{bits}{digits} ({self.reason})"
 
 

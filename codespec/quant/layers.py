@@ -261,11 +261,19 @@ def w8a8_available() -> bool:
 def w8a8_weight_levels() -> int:
     """The widest weight codes (``WIDE_WEIGHT_LEVELS`` or ``SAFE_WEIGHT_LEVELS``) whose w8a8
     products this machine's kernel sums exactly (``sums_8bit_weights_exactly``)."""
-    if w8a8_available() and sums_8bit_weights_exactly(
-        lambda x, weight: w8a8_matmul(x, prepack_w8a8(weight))
-    ):
+    if w8a8_available() and sums_8bit_weights_exactly(w8a8_product):
         return WIDE_WEIGHT_LEVELS
     return SAFE_WEIGHT_LEVELS
+
+
+def w8a8_weight_bits() -> int:
+    """The bits of this machine's w8a8 weight codes, sign included (8 or 7)."""
+    return w8a8_weight_levels().bit_length() + 1
+
+
+def w8a8_product(x: torch.Tensor, weight: Int8Weight) -> torch.Tensor:
+    """``x W^T`` through the w8a8 kernel, the weight packed on the spot (for probes)."""
+    return w8a8_matmul(x, prepack_w8a8(weight))
 
 
 def sums_8bit_weights_exactly(matmul: Callable[[torch.Tensor, Int8Weight], torch.Tensor]) -> bool:
