@@ -269,6 +269,48 @@ def test_aggregate_is_a_ratio_of_sums():
     assert "python" in text and "overall" in text and "4.00x" in text
 
 
+def priced_row(language: str, kind: str, spec_widths: list, spec_ms: list, plain_ms: list):
+    """A hole whose runs record their passes (widths and times); both emit len(plain_ms)
+    tokens."""
+    record = row(language, kind, spec=(len(plain_ms), 10 + sum(spec_ms), len(spec_ms) + 1),
+                 plain=(len(plain_ms), 10 + sum(plain_ms), len(plain_ms) + 1))  # fmt: skip
+    record["spec"] |= dict(pass_widths=spec_widths, pass_ms=spec_ms)
+    record["plain"] |= dict(pass_widths=[1] * len(plain_ms), pass_ms=plain_ms)
+    return record
+
+
+def test_priced_speedup_prices_each_pass_at_its_widths_median():
+    """A hole timed while the machine was busy: measured, speculation lost; priced at the run's
+    median pass times, its two passes of width 2 against four of width 1 win. A hole where
+    speculation really did not pay loses either way."""
+    rows = [
+        # quiet machine: 4 plain passes of 100 ms; speculation: 2 passes of width 2 at 120 ms
+        priced_row("go", "line", [2, 2], [120, 120], [100, 100, 100, 100]),
+        # busy during the speculative run: the same two passes took 300 ms each
+        priced_row("go", "copy", [2, 2], [300, 300], [100, 100, 100, 100]),
+        # proposals rejected: 4 passes, two of them width 2, for the plain run's 4 tokens
+        priced_row("lua", "line", [1, 2, 1, 2], [100, 120, 100, 120], [100, 100, 100, 100]),
+        priced_row("python", "block", [2, 2, 2], [120, 120, 120], [100] * 6),
+    ]
+    summary = report.summarize(rows)
+    assert summary["pass_prices_ms"] == {1: 100, 2: 120}
+    copy = summary["by_language_kind"]["go"]["copy"]
+    assert copy["speedup"] == pytest.approx(410 / 610)  # measured: a loss
+    assert copy["priced_speedup"] == pytest.approx(410 / 250)  # priced: as on the quiet machine
+    lua = summary["by_language_kind"]["lua"]["line"]
+    assert lua["speedup"] == pytest.approx(410 / 450) == lua["priced_speedup"]
+    assert summary["slices_below_one"] == {
+        "speedup": ["go copy 0.67x", "lua line 0.91x"],
+        "priced_speedup": ["lua line 0.91x"],
+    }
+    assert summary["timing_noise"] == pytest.approx(0.0)  # 3 of 4 holes did not stray
+    assert summary["overall"]["priced_speedup"] == pytest.approx(1840 / 1320)
+    assert "priced" in report.table(summary)
+    # records from before passes were kept: no priced figure, nothing made up
+    old = [row("go", "line", spec=(4, 100, 2), plain=(4, 200, 4))]
+    assert report.summarize(old)["overall"]["priced_speedup"] is None
+
+
 def test_bench_command_end_to_end(tiny_manifest, tmp_path):
     """The whole command on a tiny fp32 model: holes from the stdlib, JSON, docs and plots."""
     docs = tmp_path / "benchmarks.md"
@@ -288,6 +330,7 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
                     "parse_ok", "ttft_ms_p50", "total_ms_p50"):  # fmt: skip
             assert figures[key] is not None, key
         assert figures["exact"] == 1.0  # fp32: speculative == plain greedy on every hole
+        assert figures["priced_speedup"] > 0
     assert result["overall"]["holes"] == 4 == len(result["corpus"]["holes"])
     assert set(result["by_kind"]) == {"line", "copy"}
     assert result["holes"][0]["plain"]["tokens"] <= 8

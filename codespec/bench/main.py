@@ -225,6 +225,15 @@ def progress_line(i: int, n: int, row: dict) -> str:
     )
 
 
+def below_one_text(below: dict | None) -> str:
+    """The docs line naming the slices under 1.0x, measured and priced."""
+    if below is None:
+        return "- Slices below 1.0x: not recorded in this run's JSON."
+    measured = ", ".join(below["speedup"]) or "none"
+    priced = ", ".join(below["priced_speedup"]) or "none"
+    return f"- Language x kind slices below 1.0x: measured {measured}; priced {priced}."
+
+
 def pass_costs(pair) -> dict:
     """Seconds per target pass by width and per draft step, as the policy measured them."""
     policy = pair.engine.policy
@@ -301,6 +310,14 @@ def write_docs(result: dict, docs: Path) -> None:
         "- speedup: speculative tokens/s over plain tokens/s, both greedy on the same engine and "
         "warm cache, measured side by side (aggregate over the slice's tokens); exact: share of "
         "holes where the speculative output is token-identical to plain greedy.",
+        "- priced: the same ratio with every decode pass of both runs at the median time of all "
+        "passes of its width in this run (ms: "
+        + ", ".join(f"{w}: {ms:.0f}" for w, ms in result.get("pass_prices_ms", {}).items())
+        + "): what the policy chose (how many passes, how wide), without the machine's timing "
+        "noise; a hole's measured speedup strays from its priced one by "
+        + report.fmt(result.get("timing_noise"), "{:.0%}")
+        + " (median).",
+        below_one_text(result.get("slices_below_one")),
         "- ttft: a keystroke at the cursor (the cached prompt is extended); cold ttft: the first "
         "request at a new place (full prefill); total: the whole speculative completion with "
         "the prompt cached.",

@@ -21,9 +21,47 @@ def rate(run: dict) -> float:
     return run["tokens"] / run["total_ms"] * 1000 if run["total_ms"] else 0.0
 
 
-def aggregate(rows: list[dict]) -> dict:
+# -- pricing passes: the speedup without the machine's timing noise ----------------------------
+#
+# On a shared 2-core machine one pass's time moves by +-10-30% from one second to the next, so
+# a slice of one or two short completions can come out a few percent either side of 1.0x for
+# reasons that have nothing to do with speculation. Pricing each run's passes at the median
+# time of all passes of that width in the whole run (both modes, every hole) removes that
+# noise and keeps what the speculation policy did: how many passes, how wide.
+
+
+def pass_prices(rows: list[dict]) -> dict[int, float]:
+    """Median milliseconds of a decode pass of each width, over every hole and both modes."""
+    seen: dict[int, list[float]] = {}
+    for row in rows:
+        for run in (row["spec"], row["plain"]):
+            for width, ms in zip(run.get("pass_widths", ()), run.get("pass_ms", ()), strict=True):
+                seen.setdefault(width, []).append(ms)
+    return {width: statistics.median(ms) for width, ms in sorted(seen.items())}
+
+
+def priced_ms(run: dict, prices: dict[int, float], first_ms: float) -> float | None:
+    """A run's time with each decode pass at its width's price and ``first_ms`` for the first
+    token (the same prefill in both modes); None for a record without its passes."""
+    if "pass_widths" not in run:
+        return None
+    return first_ms + sum(prices[width] for width in run["pass_widths"])
+
+
+def priced_pair(row: dict, prices: dict[int, float]) -> tuple[float, float] | None:
+    """(speculative, plain) priced milliseconds of one hole, the first token at both runs'
+    mean time to it."""
+    spec, plain = row["spec"], row["plain"]
+    first_ms = (spec["ttft_ms"] + plain["ttft_ms"]) / 2
+    both = priced_ms(spec, prices, first_ms), priced_ms(plain, prices, first_ms)
+    return None if None in both else both
+
+
+def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
     """Figures over a set of holes. Speeds are ratios of sums over the same holes (speculative
-    tokens/s over plain tokens/s), so long completions weigh more than short ones."""
+    tokens/s over plain tokens/s), so long completions weigh more than short ones. With
+    ``prices`` (``pass_prices`` of the whole run), ``priced_speedup`` is the same ratio with
+    every pass at its width's price: what the policy chose, without the timing noise."""
     if not rows:
         return {"holes": 0}
     spec_tokens = sum(r["spec"]["tokens"] for r in rows)
@@ -46,9 +84,15 @@ def aggregate(rows: list[dict]) -> dict:
 
     spec_tok_s = spec_tokens / spec_s if spec_s else None
     plain_tok_s = plain_tokens / plain_s if plain_s else None
+    priced = [priced_pair(r, prices) for r in rows] if prices else [None]
+    priced_speedup = None
+    if None not in priced and (spec_priced := sum(p[0] for p in priced)) and spec_tokens:
+        plain_priced = sum(p[1] for p in priced)
+        priced_speedup = (spec_tokens / spec_priced) / (plain_tokens / plain_priced)
     return dict(
         holes=len(rows),
         speedup=spec_tok_s / plain_tok_s if spec_tok_s and plain_tok_s else None,
+        priced_speedup=priced_speedup,
         speedup_median=statistics.median(ratios) if ratios else None,
         spec_tok_s=spec_tok_s,
         plain_tok_s=plain_tok_s,
@@ -92,15 +136,47 @@ def group(rows: list[dict], key: Callable[[dict], str]) -> dict[str, list[dict]]
 
 def summarize(rows: list[dict]) -> dict:
     by_language = group(rows, lambda r: r["hole"]["language"])
+    prices = pass_prices(rows)
+
+    def figures(rs: list[dict]) -> dict:
+        return aggregate(rs, prices)
+
+    by_language_kind = {
+        lang: {k: figures(g) for k, g in group(rs, lambda r: r["hole"]["kind"]).items()}
+        for lang, rs in sorted(by_language.items())
+    }
     return dict(
-        overall=aggregate(rows),
-        by_language={lang: aggregate(rs) for lang, rs in sorted(by_language.items())},
-        by_kind={k: aggregate(rs) for k, rs in group(rows, lambda r: r["hole"]["kind"]).items()},
-        by_language_kind={
-            lang: {k: aggregate(g) for k, g in group(rs, lambda r: r["hole"]["kind"]).items()}
-            for lang, rs in sorted(by_language.items())
-        },
+        overall=figures(rows),
+        by_language={lang: figures(rs) for lang, rs in sorted(by_language.items())},
+        by_kind={k: figures(rs) for k, rs in group(rows, lambda r: r["hole"]["kind"]).items()},
+        by_language_kind=by_language_kind,
+        pass_prices_ms=prices,
+        slices_below_one=slices_below_one(by_language_kind),
+        timing_noise=timing_noise(rows, prices),
     )
+
+
+def slices_below_one(by_language_kind: dict) -> dict[str, list[str]]:
+    """The language x kind slices whose speedup is under 1.0, measured and priced."""
+    below: dict[str, list[str]] = {"speedup": [], "priced_speedup": []}
+    for lang, kinds in by_language_kind.items():
+        for kind, figures in kinds.items():
+            for key, names in below.items():
+                if figures.get(key) is not None and figures[key] < 1.0:
+                    names.append(f"{lang} {kind} {figures[key]:.2f}x")
+    return below
+
+
+def timing_noise(rows: list[dict], prices: dict[int, float]) -> float | None:
+    """How far a hole's measured speedup strays from its priced one, typically: the median of
+    |measured / priced - 1| over the holes (the noise a one-hole slice's speedup carries)."""
+    strays = []
+    for row in rows:
+        priced = priced_pair(row, prices) if prices else None
+        if priced and row["spec"]["total_ms"] and row["plain"]["total_ms"]:
+            measured = row["plain"]["total_ms"] / row["spec"]["total_ms"]
+            strays.append(abs(measured / (priced[1] / priced[0]) - 1))
+    return statistics.median(strays) if strays else None
 
 
 # -- the terminal table ---------------------------------------------------------------------
@@ -108,6 +184,7 @@ def summarize(rows: list[dict]) -> dict:
 COLUMNS = (
     ("holes", "holes", "{:d}"),
     ("speedup", "speedup", "{:.2f}x"),
+    ("priced_speedup", "priced", "{:.2f}x"),
     ("exact", "exact", "{:.0%}"),
     ("tokens_per_pass", "tok/pass", "{:.2f}"),
     ("exact_match", "exact-match", "{:.0%}"),

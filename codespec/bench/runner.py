@@ -145,6 +145,9 @@ def run_record(result: CompletionResult, rounds: list[CompletionResult] | None =
         total_ms=statistics.median(times),
         rounds_ms=times,
         ttft_ms=1000 * s.ttft_s,
+        # the first round's decode passes: their widths, and each one's time
+        pass_widths=[width for width, _, _ in s.pass_log],
+        pass_ms=[round(1000 * seconds, 2) for _, _, seconds in s.pass_log],
         proposed=dict(s.proposed),
         accepted=dict(s.accepted),
         draft_passes=s.draft_passes,
