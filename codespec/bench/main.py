@@ -225,6 +225,21 @@ def progress_line(i: int, n: int, row: dict) -> str:
     )
 
 
+def priced_text(result: dict) -> str:
+    """The docs line saying what ``priced`` means, with this run's pass prices."""
+    prices = result.get("pass_prices_ms")
+    if not prices:
+        return "- priced: not measured (this run's JSON does not keep each hole's passes)."
+    return (
+        "- priced: the same ratio with every decode pass of both runs at the median time of all "
+        "passes of its width in this run (ms: "
+        + ", ".join(f"{w}: {ms:.0f}" for w, ms in prices.items())
+        + "): what the policy chose (how many passes, how wide), without the machine's timing "
+        f"noise; a hole's measured speedup strays from its priced one by "
+        f"{report.fmt(result.get('timing_noise'), '{:.0%}')} (median)."
+    )
+
+
 def below_one_text(below: dict | None) -> str:
     """The docs line naming the slices under 1.0x, measured and priced."""
     if below is None:
@@ -310,13 +325,7 @@ def write_docs(result: dict, docs: Path) -> None:
         "- speedup: speculative tokens/s over plain tokens/s, both greedy on the same engine and "
         "warm cache, measured side by side (aggregate over the slice's tokens); exact: share of "
         "holes where the speculative output is token-identical to plain greedy.",
-        "- priced: the same ratio with every decode pass of both runs at the median time of all "
-        "passes of its width in this run (ms: "
-        + ", ".join(f"{w}: {ms:.0f}" for w, ms in result.get("pass_prices_ms", {}).items())
-        + "): what the policy chose (how many passes, how wide), without the machine's timing "
-        "noise; a hole's measured speedup strays from its priced one by "
-        + report.fmt(result.get("timing_noise"), "{:.0%}")
-        + " (median).",
+        priced_text(result),
         below_one_text(result.get("slices_below_one")),
         "- ttft: a keystroke at the cursor (the cached prompt is extended); cold ttft: the first "
         "request at a new place (full prefill); total: the whole speculative completion with "
