@@ -44,6 +44,20 @@ def _tiny(config_class, model_class, seed, vocab, hidden, layers, **more):
     return model
 
 
+def as_w8a8(model: torch.nn.Module) -> torch.nn.Module:
+    """``model``'s weights quantized as the loader stores them (int4 where the shape allows,
+    else int8) and run by the w8a8 kernel (int8 weights and activations, integer sums; two-digit
+    inputs where the daemon uses them), float32 between layers: the CPU default."""
+    from codespec.quant import kernels
+    from codespec.quant.load import build_quantized, quantize_dense
+
+    plan = kernels.KernelPlan(dtype="float32", forced="w8a8")
+    weights = quantize_dense(model.float().state_dict())
+    return build_quantized(
+        model.config, weights, torch.float32, plan.kernel_for, digits_for=plan.digits_for
+    )
+
+
 def naive_greedy(model, prompt: list[int], n: int, stop_ids=()) -> list[int]:
     """Reference decoding: no cache, no speculation, full forward pass per token."""
     ids = list(prompt)

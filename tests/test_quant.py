@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import naive_greedy, tiny_qwen2
+from helpers import as_w8a8, naive_greedy, tiny_qwen2
 
 from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
 from codespec.engine.policy import SpeculationPolicy
@@ -311,12 +311,7 @@ def test_speculative_equals_plain_on_a_quantized_bf16_model(prompt):
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_speculative_equals_plain_with_int8_activations(prompt):
-    dense = tiny_qwen2(seed=4, vocab=96, hidden=64)
-    weights = quantize_dense(dense.state_dict())
-    plan = kernels.KernelPlan(dtype="float32", forced="w8a8")
-    model = build_quantized(
-        dense.config, weights, torch.float32, plan.kernel_for, digits_for=plan.digits_for
-    )
+    model = as_w8a8(tiny_qwen2(seed=4, vocab=96, hidden=64))
     layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantLinear)}
     assert {m.kind for m in layers.values()} == {"w8a8"}
     # the MLP's output projection and the LM head take two digits, the fused groups one

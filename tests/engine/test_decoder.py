@@ -4,26 +4,16 @@ engine runs; and it stops between layers like the model's forward does."""
 
 import pytest
 import torch
-from helpers import tiny_llama, tiny_qwen2
+from helpers import as_w8a8, tiny_llama, tiny_qwen2
 
 from codespec.engine import CachedModel
 from codespec.engine import decoder as lean
 from codespec.engine.attention import use_rowwise_attention
-from codespec.quant import kernels
-from codespec.quant.load import build_quantized, quantize_dense
 
 
 def w8a8_qwen2(seed: int):
     """Fused w8a8 layers with two-digit inputs where the daemon uses them (down_proj)."""
-    dense = tiny_qwen2(seed=seed, vocab=96, hidden=64)
-    plan = kernels.KernelPlan(dtype="float32", kernels={}, forced="w8a8")
-    return build_quantized(
-        dense.config,
-        quantize_dense(dense.state_dict(), "int4"),
-        torch.float32,
-        plan.kernel_for,
-        digits_for=plan.digits_for,
-    )
+    return as_w8a8(tiny_qwen2(seed=seed, vocab=96, hidden=64))
 
 
 MODELS = {

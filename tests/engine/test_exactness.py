@@ -8,14 +8,12 @@ below); with row-wise attention and padded one-token passes they are equal bit f
 
 import pytest
 import torch
-from helpers import tiny_qwen2
+from helpers import as_w8a8, tiny_qwen2
 
 from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer, attention
 from codespec.engine.attention import use_rowwise_attention
 from codespec.engine.policy import SpeculationPolicy
 from codespec.engine.tree import Candidate, TokenTree
-from codespec.quant import kernels
-from codespec.quant.load import build_quantized, quantize_dense
 
 CONTEXT, STEPS = 200, 30
 
@@ -170,16 +168,6 @@ def test_fused_prefill_depends_on_the_chunking():
 CHUNKS = (8, 60, 65, 256)
 
 
-def w8a8_model(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` with w8a8 linear layers (int8 weights and activations, integer sums), the CPU
-    default, float32 between layers."""
-    plan = kernels.KernelPlan(dtype="float32", forced="w8a8")
-    weights = quantize_dense(model.float().state_dict())
-    return build_quantized(
-        model.config, weights, torch.float32, plan.kernel_for, digits_for=plan.digits_for
-    )
-
-
 def gemm_rows_depend_on_block_size(model: torch.nn.Module, rows: int = 300) -> bool:
     """Whether this machine's dense GEMMs give a row other bits in a block of another size (the
     prefill chunks of the test below): a choice of the BLAS kernel by row count, which some
@@ -203,7 +191,7 @@ def test_prefill_logits_are_a_function_of_the_prompt_alone(weights):
     on some CPUs), the chunkings agree to float32 rounding, and the attention is still
     row-wise: the control above shows what the fused path does."""
     model, ids = bf16_model(), random_ids(305, seed=6)
-    model = w8a8_model(model) if weights == "w8a8" else model.to(getattr(torch, weights))
+    model = as_w8a8(model) if weights == "w8a8" else model.to(getattr(torch, weights))
     use_rowwise_attention(model)
     runs = [prefill_then_decode(model, ids, chunk) for chunk in CHUNKS]
     if weights != "w8a8" and gemm_rows_depend_on_block_size(model):

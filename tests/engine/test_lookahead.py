@@ -6,13 +6,11 @@ import threading
 
 import pytest
 import torch
-from helpers import TrueAfter, tiny_qwen2
+from helpers import TrueAfter, as_w8a8, tiny_qwen2
 
 from codespec.engine import CachedModel, Cancelled, Engine, GenerationParams
 from codespec.engine.attention import use_rowwise_attention
 from codespec.engine.policy import SpeculationPolicy
-from codespec.quant import kernels
-from codespec.quant.load import build_quantized, quantize_dense
 
 PROMPT = [(7 * i + 3) % 96 for i in range(30)]
 # the prompts after typing: one more token; the last token replaced (typed text tokenized
@@ -24,15 +22,7 @@ NEXT = [PROMPT + [40], PROMPT[:-1] + [41], PROMPT + [42, 43], PROMPT + [42, 44]]
 def w8a8_model():
     """A model whose one-row passes compute a row exactly as wider passes do (the CPU's
     quantized kernels): where look-ahead runs."""
-    dense = tiny_qwen2(seed=5, vocab=96, hidden=64)
-    plan = kernels.KernelPlan(dtype="float32", kernels={}, forced="w8a8")
-    model = build_quantized(
-        dense.config,
-        quantize_dense(dense.state_dict(), "int4"),
-        torch.float32,
-        plan.kernel_for,
-        digits_for=plan.digits_for,
-    )
+    model = as_w8a8(tiny_qwen2(seed=5, vocab=96, hidden=64))
     use_rowwise_attention(model)
     return model
 
