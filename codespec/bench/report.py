@@ -84,9 +84,9 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
 
     spec_tok_s = spec_tokens / spec_s if spec_s else None
     plain_tok_s = plain_tokens / plain_s if plain_s else None
-    priced = [priced_pair(r, prices) for r in rows] if prices else [None]
+    priced = [priced_pair(r, prices) for r in rows] if prices else []
     priced_speedup = None
-    if None not in priced and spec_tokens and plain_tokens:
+    if priced and None not in priced and spec_tokens and plain_tokens:
         spec_priced, plain_priced = (sum(p[i] for p in priced) for i in (0, 1))
         priced_speedup = (spec_tokens / spec_priced) / (plain_tokens / plain_priced)
     return dict(
