@@ -174,8 +174,10 @@ class Workbench:
         page.wait_for_selector(f".tab.active[aria-label*='{name}']", timeout=20_000)
         try:
             page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
-        except Exception:  # a webview still loading beside it took the focus: click the text
-            page.click(".editor-group-container.active .monaco-editor .view-lines")
+        except Exception:  # a webview beside it kept the focus: clicking the tab focuses its
+            # editor, wherever the file opened (beside a webview, the active group may hold
+            # no text editor that a selector for its lines would find)
+            page.click(f".tab.active[aria-label*='{name}']")
             page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
 
     def command(self, title: str) -> None:
