@@ -171,13 +171,14 @@ class Workbench:
         row = f".quick-input-list .monaco-list-row[aria-label*='{name}']"
         page.wait_for_selector(row, timeout=20_000)
         page.keyboard.press("Enter")
-        page.wait_for_selector(f".tab.active[aria-label*='{name}']", timeout=20_000)
+        tab = f".tab.active[aria-label*='{name}']"
+        page.wait_for_selector(tab, timeout=20_000)
         try:
             page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
         except Exception:  # a webview beside it kept the focus: clicking the tab focuses its
             # editor, wherever the file opened (beside a webview, the active group may hold
             # no text editor that a selector for its lines would find)
-            page.click(f".tab.active[aria-label*='{name}']")
+            page.click(tab)
             page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
 
     def command(self, title: str) -> None:
