@@ -406,27 +406,31 @@ class Engine:
 
     def _propose(
         self, prompt, out: _Output, params, rng
-    ) -> tuple[TokenTree, int, int | None, list]:
+    ) -> tuple[TokenTree, tuple[int, str], int | None, list]:
         """Build this pass's token tree, sized by the policy. Returns (tree, the best n-gram
-        match length, node the draft grew from or None, draft step times)."""
+        span's match length and support, node the draft grew from or None, draft step
+        times)."""
         context = prompt + out.tokens
         remaining = params.max_tokens - len(out.tokens)
         tree = TokenTree()
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
         cap = min(self.policy.max_nodes_limit, remaining - 1)
         if not params.speculate or cap <= 0:
-            return tree, 0, None, []
+            return tree, (0, ""), None, []
         offers = self.ngram.propose(context, cap) if params.use_ngram else []
         for candidate in offers:
             tree.add(candidate, cap)
-        evidence = offers[0].evidence if offers else 0
-        ngram_rate = self.policy.ngram_rate(evidence)
-        draft_start, draft_s = self._draft(tree, context, cap, remaining, params, rng, ngram_rate)
+        evidence = (offers[0].evidence, offers[0].support) if offers else (0, "")
+        first_rate, then_rate = ngram_rates = self.policy.ngram_rates(*evidence)
+        draft_start, draft_s = self._draft(tree, context, cap, remaining, params, rng, ngram_rates)
         # Verify the k* first tokens of the main chain that pay (policy.py), plus what fits
         # beside them in the same width bucket at no extra cost.
         chain = tree.main_chain()
         rates = [
-            ngram_rate if "ngram" in tree.sources[i] else self.policy.draft.rate for i in chain
+            (first_rate if depth == 0 else then_rate)
+            if "ngram" in tree.sources[i]
+            else self.policy.draft.rate
+            for depth, i in enumerate(chain)
         ]
         # ... and none past where the stop rules would end generation (wasted width).
         k = min(self.policy.chain_length(rates), out.horizon([tree.tokens[i] for i in chain]))
@@ -438,7 +442,7 @@ class Engine:
             draft_start = index.get(draft_start) if draft_start >= 0 else -1
         return tree, evidence, draft_start, draft_s
 
-    def _draft(self, tree, context, cap, remaining, params, rng, ngram_rate):
+    def _draft(self, tree, context, cap, remaining, params, rng, ngram_rates):
         """Let the draft continue the best n-gram span (or start at the root) when the policy
         says it pays. Returns (node it grew from, its step times), (None, []) when it did not
         run. It grows from a leaf, so its sampled tokens never share a node with a
@@ -447,7 +451,7 @@ class Engine:
             return None, []
         ngram_chain = [i for i in tree.main_chain() if "ngram" in tree.sources[i]]
         lag = len(context) - common_prefix_len(self.drafter.model.ids, context)
-        plan = self.policy.plan(len(ngram_chain), lag, ngram_rate)
+        plan = self.policy.plan(len(ngram_chain), lag, ngram_rates)
         if not plan.use_draft:
             return None, []
         start = ngram_chain[-1] if ngram_chain else -1
@@ -513,7 +517,8 @@ class Engine:
         if first_branch:
             taken = sum(1 for i in first_branch if i in kept)
             self.ngram.update(len(first_branch), taken)
-            self.policy.observe_ngram(evidence, len(first_branch), taken)
+            length, support = evidence
+            self.policy.observe_ngram(length, len(first_branch), taken, support)
         if draft_start is not None:
             stats.draft_passes += 1
             stats.draft_forwards += self.drafter.last_forwards if self.drafter else 0

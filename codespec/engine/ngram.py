@@ -6,6 +6,13 @@ so far. The last ``n`` tokens are searched for, longest ``n`` first (``max_ngram
 best predictor), and a few distinct continuations are returned so that a token tree can verify
 them together. The span length adapts like transformers' heuristic: +2 after a fully accepted
 span, -1 otherwise. No model runs here, so a proposal costs microseconds.
+
+Each span also says how the other occurrences of its match vote on its first token
+(``support``): ``"unanimous"`` (two or more matches, all followed by that token), ``"single"``
+(the only match) or ``"split"`` (some matches go on otherwise). With the match length it
+predicts whether the first token is kept. On the greedy completions of 39 bench holes, for
+1-token matches: 78% unanimous, 18% single, 25% split; for 5-6-token matches: 98%, 91%, 50%
+(``benchmarks/ngram_offers.py``).
 """
 
 from __future__ import annotations
@@ -48,12 +55,14 @@ class NgramProposer:
             # the trailing occurrence (the pattern itself) is never matched.
             windows = sliding_window_view(ctx[:-1], n)  # (L - n, n)
             hits = np.flatnonzero((windows == ctx[-n:]).all(axis=1))
+            following = ctx[hits + n]  # the token after each match
             for start in hits[::-1]:  # most recent first
                 span = tuple(int(t) for t in ctx[start + n : start + n + limit])
                 if not span or any(s[: len(span)] == span for s in seen):
                     continue
                 seen.add(span)
-                found.append(Candidate(list(span), self.name, evidence=n))
+                support = vote(following, span[0])
+                found.append(Candidate(list(span), self.name, evidence=n, support=support))
                 if len(found) >= self.branches:
                     return found
             if found:  # longer matches are better evidence than any shorter one
@@ -68,3 +77,13 @@ class NgramProposer:
             self.span = min(self.span + 2, self.max_span)
         else:
             self.span = max(self.span - 1, 2)
+
+
+UNANIMOUS, SINGLE, SPLIT = "unanimous", "single", "split"
+
+
+def vote(following: np.ndarray, first: int) -> str:
+    """How the matches vote on a span's first token, given the token after each match."""
+    if len(following) == 1:
+        return SINGLE
+    return UNANIMOUS if bool((following == first).all()) else SPLIT

@@ -12,6 +12,12 @@ costs ``T(w)`` seconds. So the decode loop verifies the ``k`` that maximises tok
 
     k* = argmax_k  E(a, k) / T(1 + k)            (k = 0 is plain decoding: E = 1)
 
+Acceptance is not the same for every token of a span: whether its *first* token is kept
+depends most on the evidence behind it, and once one is kept the next ones mostly are. So an
+n-gram span has two rates, ``a_1`` for its first token and ``a_then`` for each later one::
+
+    E(k) = 1 + a_1 + a_1 a_then + ... + a_1 a_then^(k-1)
+
 ``T(w)`` is measured for each width the loop runs (and for 1, 2, 4, 8, ... at load and now and
 then); a width not measured yet is costed on the straight line between its measured neighbours.
 On a GPU ``T`` is nearly flat, so long chains pay; on a 2-core AVX2 CPU every row adds ~15-25%
@@ -20,10 +26,14 @@ rows costs ~2.5x a pass of one, so only the first few tokens of a likely chain d
 once costed by bucket, a pass of 3 rows as one of 4, which steered the choice to chains of 1, 3
 and 7 tokens.) ``a`` is measured per proposer and per *context*:
 for n-gram lookup the length of the match that produced the span (a 6-token match predicts
-far better than a 1-token one) and the request's context (the completion mode: lookup was
+far better than a 1-token one), how the other matches vote on its first token (``ngram.py``:
+after a 1-token match the first token was kept 78% of the time when every earlier match went
+on with it, 18-25% otherwise) and the request's context (the completion mode: lookup was
 accepted for ~30% of its tokens in rest-of-line completions against 36-49% in blocks on the
 bench's holes), blended with what the current request has seen so far (a completion where
-lookup keeps missing stops paying for it within a few passes). Other branches of the tree ride
+lookup keeps missing stops paying for it within a few passes). A span's kind starts from the
+rates measured for it offline (``NGRAM_FIRST_PRIOR``), so even a session's first completion
+leaves the poor bets alone. Other branches of the tree ride
 along only where a wider pass costs no more (``FREE_RIDE``): on a GPU, not on a CPU.
 
 The draft model runs only when its expected rate, its own steps included, beats not running it;
@@ -36,6 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ngram import SINGLE, SPLIT, UNANIMOUS
+
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 WIDTH_PROBE_GAP = 64  # passes before a width the choice never uses is measured again
 WIDTH_PROBE_MAX_GAP = 1024
@@ -44,18 +56,44 @@ ACCEPTANCE_PROBE_GAP = 16  # passes with an unverified offer before one token of
 # taken at other context lengths and moments, and a gain inside their noise is no gain.
 MARGIN = 1.05
 EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
-NGRAM_PRIOR = 0.35  # n-gram acceptance before any is measured in a context
+NGRAM_PRIOR = 0.35  # n-gram acceptance before any is measured, for a span of unknown support
+# Before any is measured in a context: how often the first token of an n-gram span is kept, by
+# match-length bucket and the matches' vote (``ngram.py``), and each later token given the one
+# before it was. Measured on the greedy completions of the 39 holes of ``docs/bench.json``
+# that the 39-hole tables do not use (``benchmarks/ngram_offers.py``, 605 spans; the tables'
+# own 39 holes agree within ~0.1 but for 2-token unanimous matches, 0.90 there), rounded.
+NGRAM_FIRST_PRIOR = {
+    (1, SINGLE): 0.2,
+    (1, SPLIT): 0.25,
+    (1, UNANIMOUS): 0.8,
+    (2, SINGLE): 0.6,
+    (2, SPLIT): 0.25,
+    (2, UNANIMOUS): 0.7,
+    (3, SINGLE): 0.7,
+    (3, SPLIT): 0.4,
+    (3, UNANIMOUS): 0.8,
+    (5, SINGLE): 0.9,
+    (5, SPLIT): 0.5,
+    (5, UNANIMOUS): 0.95,
+}
+NGRAM_THEN_PRIOR = {1: 0.6, 2: 0.75, 3: 0.8, 5: 0.9, 8: 0.9}
 REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
 FREE_RIDE = 1.03  # a wider pass within 3% of the chosen width's cost is as good as free
 
 
-def chain_expected(a_first: float, n_first: int, a_then: float, n_then: int) -> float:
-    """Expected tokens per pass for ``n_first`` tokens at acceptance ``a_first`` followed by
-    ``n_then`` at ``a_then`` (an n-gram span the draft continues): 1 + sum of P(prefix kept)."""
-    a1, a2 = min(max(a_first, 0.0), 1.0), min(max(a_then, 0.0), 1.0)
-    first = sum(a1**i for i in range(1, n_first + 1))
-    then = a1**n_first * sum(a2**j for j in range(1, n_then + 1))
-    return 1.0 + first + then
+def expected_tokens(rates: list[float]) -> float:
+    """Expected tokens per pass verifying a chain whose i-th token is kept with probability
+    ``rates[i]`` given the ones before it were, bonus token included: 1 + sum of P(prefix kept)."""
+    expected, kept = 1.0, 1.0
+    for rate in rates:
+        kept *= min(max(rate, 0.0), 1.0)
+        expected += kept
+    return expected
+
+
+def span_rates(first: float, then: float, n: int) -> list[float]:
+    """Per-token rates of an ``n``-token n-gram span: ``first``, then ``then`` for the rest."""
+    return [first] + [then] * (n - 1) if n > 0 else []
 
 
 def bucket(width: int) -> int:
@@ -100,6 +138,43 @@ class Acceptance:
         return self.accepted / max(self.accepted + self.rejected, 1e-9)
 
 
+class SpanAcceptance:
+    """Acceptance of the n-gram spans of one kind: of the first token, and of each later token
+    given that the one before it was kept."""
+
+    def __init__(self, first: float, then: float) -> None:
+        self.first, self.then = Acceptance(first), Acceptance(then)
+
+    def add(self, proposed: int, accepted: int) -> None:
+        if proposed <= 0:
+            return
+        self.first.add(1, min(accepted, 1))
+        if accepted >= 1:
+            self.then.add(proposed - 1, accepted - 1)
+
+
+class RequestRecord:
+    """What the current request's n-gram spans did: first tokens kept / missed, later ones."""
+
+    def __init__(self) -> None:
+        self.first = [0.0, 0.0]
+        self.then = [0.0, 0.0]
+
+    def add(self, proposed: int, accepted: int) -> None:
+        if proposed <= 0:
+            return
+        self.first[0 if accepted >= 1 else 1] += 1
+        if accepted >= 1 and proposed > 1:
+            self.then[0] += accepted - 1
+            self.then[1] += 1 if accepted < proposed else 0
+
+
+def blend(record: list[float], long_run: float) -> float:
+    """The long-run rate updated by a request's own ``[kept, missed]`` record."""
+    kept, missed = record
+    return (kept + REQUEST_WEIGHT * long_run) / (kept + missed + REQUEST_WEIGHT)
+
+
 @dataclass
 class Plan:
     """Whether the draft runs in the next target pass, and how far."""
@@ -120,10 +195,10 @@ class SpeculationPolicy:
         self.draft_enabled = draft_mode != "off"  # a draft model exists and may run
         self.pass_s: dict[int, Ema] = {}  # seconds a target pass, by width
         self.draft_step_s = Ema()
-        # n-gram acceptance by (context, evidence bucket), each from the prior when first seen
-        self.ngram: dict[tuple[str, int], Acceptance] = {}
+        # n-gram acceptance by (context, evidence bucket, support), from the priors when first seen
+        self.ngram: dict[tuple[str, int, str], SpanAcceptance] = {}
         self.context = ""  # the current request's (``begin_request``)
-        self.request_ngram = [0.0, 0.0]  # this request's n-gram acceptances and rejections
+        self.request_ngram = RequestRecord()  # what this request's n-gram spans did
         self.draft = Acceptance(prior=0.6)
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
@@ -163,26 +238,31 @@ class SpeculationPolicy:
         """A new request; ``context`` keys what n-gram acceptance it learns and uses (what
         kind of completion it is, e.g. ``"line"``)."""
         self.context = context
-        self.request_ngram = [0.0, 0.0]
+        self.request_ngram = RequestRecord()
 
-    def _ngram(self, evidence: int) -> Acceptance:
-        key = (self.context, evidence_bucket(evidence))
+    def _ngram(self, evidence: int, support: str) -> SpanAcceptance:
+        length = evidence_bucket(evidence)
+        key = (self.context, length, support)
         if key not in self.ngram:
-            self.ngram[key] = Acceptance(prior=NGRAM_PRIOR)
+            first = NGRAM_FIRST_PRIOR.get((min(length, 5), support), NGRAM_PRIOR)
+            then = NGRAM_THEN_PRIOR[length] if support else NGRAM_PRIOR
+            self.ngram[key] = SpanAcceptance(first, then)
         return self.ngram[key]
 
-    def observe_ngram(self, evidence: int, proposed: int, accepted: int) -> None:
-        self._ngram(evidence).add(proposed, accepted)
-        if proposed > 0:
-            self.request_ngram[0] += accepted
-            self.request_ngram[1] += 1 if accepted < proposed else 0
+    def observe_ngram(self, evidence: int, proposed: int, accepted: int, support: str = "") -> None:
+        """A span backed by a match of ``evidence`` tokens whose matches voted ``support``
+        (``ngram.py``; "" for unknown): ``accepted`` of its first ``proposed`` tokens kept."""
+        self._ngram(evidence, support).add(proposed, accepted)
+        self.request_ngram.add(proposed, accepted)
 
-    def ngram_rate(self, evidence: int) -> float:
-        """Acceptance of an n-gram span backed by a match of ``evidence`` tokens: the long-run
-        rate for such matches, updated by this request's own record."""
-        prior = self._ngram(evidence).rate
-        accepted, rejected = self.request_ngram
-        return (accepted + REQUEST_WEIGHT * prior) / (accepted + rejected + REQUEST_WEIGHT)
+    def ngram_rates(self, evidence: int, support: str = "") -> tuple[float, float]:
+        """Acceptance of such a span's first token, and of each later one given the one before
+        it was kept: the long-run rates for such spans, updated by this request's record."""
+        kind = self._ngram(evidence, support)
+        return (
+            blend(self.request_ngram.first, kind.first.rate),
+            blend(self.request_ngram.then, kind.then.rate),
+        )
 
     # -- decisions ------------------------------------------------------------------------------
 
@@ -251,13 +331,14 @@ class SpeculationPolicy:
             allowed += 1
         return allowed
 
-    def _draft_pays(self, ngram_tokens: int, ngram_rate: float) -> bool:
+    def _draft_pays(self, ngram_tokens: int, ngram_rates: tuple[float, float]) -> bool:
         """Compare the expected rate with and without drafting ``draft_len`` more tokens."""
         if self.draft_step_s.value is None:
             return True  # never measured: try it once
         n, k = ngram_tokens, self.draft_len
-        rate_without = chain_expected(ngram_rate, n, 0.0, 0) / self.verify_cost(1 + n)
-        with_draft = chain_expected(ngram_rate, n, self.draft.rate, k)
+        span = span_rates(*ngram_rates, n)
+        rate_without = expected_tokens(span) / self.verify_cost(1 + n)
+        with_draft = expected_tokens(span + [self.draft.rate] * k)
         # k draft forwards, plus one to catch up on the tokens accepted since the last call
         cost = (k + 1) * self.draft_step_s.value + self.verify_cost(1 + n + k)
         return with_draft / cost > rate_without
@@ -271,18 +352,20 @@ class SpeculationPolicy:
         plain = 1.0 / self.verify_cost(1)
         for k in range(1, self.draft_len + 1):
             cost = (k + 1) * self.draft_step_s.value + self.verify_cost(1 + k)
-            if chain_expected(0.0, 0, best_acceptance, k) / cost > plain:
+            if expected_tokens([best_acceptance] * k) / cost > plain:
                 return True
         return False
 
-    def plan(self, ngram_tokens: int, draft_lag: int = 0, ngram_rate: float = 0.5) -> Plan:
+    def plan(
+        self, ngram_tokens: int, draft_lag: int = 0, ngram_rates: tuple[float, float] = (0.5, 0.5)
+    ) -> Plan:
         """Plan the draft for the next pass, given how many n-gram tokens are on offer (and
         their acceptance) and how many context tokens the draft's cache lacks (a probe never
         pays for a long catch-up prefill)."""
         use_draft = self.draft_mode == "on"
         if self.draft_mode == "auto":
             self.passes_since_probe += 1
-            pays = self._draft_pays(ngram_tokens, ngram_rate)
+            pays = self._draft_pays(ngram_tokens, ngram_rates)
             if pays != self.draft_on:
                 self.draft_on = pays
                 self.probe_gap = 16

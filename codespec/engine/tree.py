@@ -28,6 +28,7 @@ class Candidate:
     source: str  # "ngram" | "draft"
     q: torch.Tensor | None = None
     evidence: int = 0  # how strongly the context backs it (n-gram: the match length)
+    support: str = ""  # n-gram: whether the other matches agree on its first token (ngram.py)
 
 
 @dataclass

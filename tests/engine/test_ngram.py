@@ -31,3 +31,17 @@ def test_span_adapts():
     assert ng.span == 6
     ng.update(6, 1)
     assert ng.span == 5
+
+
+def test_each_span_says_how_the_matches_vote_on_its_first_token():
+    ng = NgramProposer(max_ngram=1, min_ngram=1, span=2, branches=3)
+    # "4" was followed by 5 twice: both matches agree
+    assert [(c.tokens, c.support) for c in ng.propose([4, 5, 6, 4, 5, 7, 4], 8)] == [
+        ([5, 7], "unanimous"),
+        ([5, 6], "unanimous"),
+    ]
+    # one earlier "4": nobody else to agree or not
+    assert [c.support for c in ng.propose([4, 5, 6, 4], 8)] == ["single"]
+    # "4" went on with 5, then with 9: each span's first token is disputed
+    spans = ng.propose([4, 5, 6, 4, 9, 4], 8)
+    assert [(c.tokens, c.support) for c in spans] == [([9, 4], "split"), ([5, 6], "split")]

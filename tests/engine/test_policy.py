@@ -3,11 +3,14 @@ measured pass costs and acceptance per context; re-measure what it stops using."
 
 import pytest
 
+from codespec.engine.ngram import SINGLE, SPLIT, UNANIMOUS
 from codespec.engine.policy import (
     ACCEPTANCE_PROBE_GAP,
     NGRAM_PRIOR,
     WIDTH_PROBE_GAP,
     SpeculationPolicy,
+    expected_tokens,
+    span_rates,
 )
 
 # Pass costs by width as measured on a 2-core AVX2 CPU with int4 weights (ms): wide is dear.
@@ -44,15 +47,51 @@ def test_chain_length_follows_each_tokens_acceptance():
     assert policy.chain_length([0.99, 0.99, 0.99, 0.02, 0.02]) >= 3
 
 
+def span_of(policy: SpeculationPolicy, evidence: int, support: str = "", n: int = 8) -> list:
+    """Per-token rates of an ``n``-token n-gram span of that kind, as the decode loop asks."""
+    return span_rates(*policy.ngram_rates(evidence, support), n)
+
+
 def test_acceptance_is_learned_per_match_length():
     policy = policy_with(CPU_COSTS)
     for _ in range(40):
         policy.observe_ngram(evidence=6, proposed=8, accepted=8)  # long matches hold
         policy.observe_ngram(evidence=1, proposed=8, accepted=0)  # one-token matches do not
     policy.begin_request()  # (this test's request saw both kinds)
-    assert policy.ngram_rate(6) > 0.9 and policy.ngram_rate(1) < 0.1
-    assert policy.chain_length([policy.ngram_rate(6)] * 8) >= 3
-    assert policy.chain_length([policy.ngram_rate(1)] * 8) == 0
+    assert min(policy.ngram_rates(6)) > 0.9 and policy.ngram_rates(1)[0] < 0.1
+    assert policy.chain_length(span_of(policy, 6)) >= 3
+    assert policy.chain_length(span_of(policy, 1)) == 0
+
+
+def test_a_spans_first_token_and_the_rest_are_learned_apart():
+    """Spans whose first token is mostly wrong but whose rest holds once it is right: a poor
+    first rate, a good later one (one rate for all would be the average of the two)."""
+    policy = policy_with(CPU_COSTS)
+    for i in range(40):
+        policy.observe_ngram(evidence=2, proposed=6, accepted=6 if i % 4 == 0 else 0)
+    policy.begin_request()
+    first, then = policy.ngram_rates(2)
+    assert first == pytest.approx(0.25, abs=0.06) and then > 0.9
+    # E = 1 + 0.25 (1 + 0.9 + 0.81): a pass of 4 pays here (one rate of ~0.4 for all four
+    # tokens would say 1.65 tokens, and pick a narrower pass)
+    assert expected_tokens(span_of(policy, 2, n=3)) == pytest.approx(1 + first * 2.71, abs=0.05)
+    assert policy.chain_length(span_of(policy, 2)) >= 3
+
+
+def test_spans_start_from_the_rates_measured_for_their_kind():
+    """Before anything is measured: after a 1-token match whose earlier matches disagree (or
+    that has no other match) the first token is kept 20-25% of the time, and a pass 22% dearer
+    than a plain one (a 2-core Xeon's) does not pay for that token alone; when all earlier
+    matches agree it is kept ~80% of the time."""
+    policy = policy_with(((1, 0.122), (2, 0.149), (4, 0.175), (8, 0.230)))
+    policy.begin_request("block")
+    assert policy.ngram_rates(1, UNANIMOUS)[0] > 3 * policy.ngram_rates(1, SPLIT)[0]
+    assert policy.chain_length(span_of(policy, 1, SPLIT, n=1)) == 0
+    assert policy.chain_length(span_of(policy, 1, SINGLE, n=1)) == 0
+    assert policy.chain_length(span_of(policy, 1, UNANIMOUS, n=1)) == 1
+    split, unanimous = span_of(policy, 1, SPLIT), span_of(policy, 1, UNANIMOUS)
+    assert policy.chain_length(unanimous) > max(2, policy.chain_length(split))
+    assert policy.chain_length(span_of(policy, 6, SINGLE)) >= 3
 
 
 def test_acceptance_is_learned_per_context():
@@ -65,12 +104,14 @@ def test_acceptance_is_learned_per_context():
         policy.begin_request("block")
         policy.observe_ngram(evidence=3, proposed=4, accepted=4)
     policy.begin_request("line")
-    line = policy.ngram_rate(3)
+    line = policy.ngram_rates(3)
     policy.begin_request("block")
-    block = policy.ngram_rate(3)
+    block = policy.ngram_rates(3)
     policy.begin_request("another")
-    assert line < 0.1 and block > 0.9 and policy.ngram_rate(3) == pytest.approx(NGRAM_PRIOR)
-    assert policy.chain_length([line] * 8) == 0 and policy.chain_length([block] * 8) >= 3
+    assert line[0] < 0.1 and min(block) > 0.9
+    assert policy.ngram_rates(3) == pytest.approx((NGRAM_PRIOR, NGRAM_PRIOR))
+    assert policy.chain_length(span_rates(*line, 8)) == 0
+    assert policy.chain_length(span_rates(*block, 8)) >= 3
 
 
 def test_a_poor_offer_is_still_tried_now_and_then():
@@ -146,12 +187,12 @@ def test_a_width_that_stays_expensive_is_probed_less_and_less():
 
 def test_a_request_where_lookup_keeps_missing_stops_verifying_it():
     policy = policy_with(CPU_COSTS)
-    for _ in range(40):
-        policy.observe_ngram(evidence=2, proposed=4, accepted=1)  # long run: a = 0.5
+    for i in range(40):  # long run: the first token is kept half the time
+        policy.observe_ngram(evidence=2, proposed=1, accepted=i % 2)
     policy.begin_request()
-    assert policy.chain_length([policy.ngram_rate(2)] * 4) >= 1
+    assert policy.chain_length(span_of(policy, 2, n=4)) >= 1
     for _ in range(4):  # this request: four misses in a row
         policy.observe_ngram(evidence=2, proposed=1, accepted=0)
-    assert policy.chain_length([policy.ngram_rate(2)] * 4) == 0
+    assert policy.chain_length(span_of(policy, 2, n=4)) == 0
     policy.begin_request()  # the next request starts from the long-run rate again
-    assert policy.ngram_rate(2) > 0.4
+    assert policy.ngram_rates(2)[0] > 0.4
