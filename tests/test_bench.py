@@ -483,5 +483,5 @@ def test_every_round_starts_from_the_policy_state_of_the_first(
     assert all(state == seen[0] for state in seen)
     assert pair.engine.policy.passes > seen[0][0]  # what the first round taught it stays
     assert pair.engine.policy.context == "line"  # a rest-of-line completion's context
-    assert all(context == "line" for context, _ in pair.engine.policy.ngram)
+    assert all(context == "line" for context, _, _ in pair.engine.policy.ngram)
     assert row["exact"]
