@@ -25,12 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
-from codespec.models import load_manifest, resolve_source  # noqa: E402
+from codespec.models import load_manifest  # noqa: E402
 from codespec.quant.fusion import FUSE_GROUPS, stacked  # noqa: E402
 from codespec.quant.kernels import TWO_DIGIT_PROJECTIONS  # noqa: E402
 from codespec.quant.layers import Int4Weight, QuantLinear  # noqa: E402
 from codespec.quant.load import read_stored  # noqa: E402
-from codespec.runtime import prepared_form  # noqa: E402
+from codespec.runtime import prepared_folder  # noqa: E402
 
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -112,8 +112,7 @@ def main() -> None:
     ap.add_argument("--json", default="bench-out/mixed-plan.json")
     args = ap.parse_args()
     manifest = load_manifest()
-    src = manifest.target
-    folder = resolve_source(src, manifest.install_hint, print, form=prepared_form(src, "auto"))
+    folder = prepared_folder(manifest, manifest.target)
     weights = read_stored(folder)
     layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
     report = {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "torch": torch.__version__, "plans": {}}

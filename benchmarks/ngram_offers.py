@@ -27,16 +27,15 @@ from codespec.bench.main import holes_from  # noqa: E402
 from codespec.bench.runner import BenchSettings, prompt_ids  # noqa: E402
 from codespec.engine.ngram import NgramProposer  # noqa: E402
 from codespec.engine.policy import evidence_bucket  # noqa: E402
-from codespec.models import load_manifest, load_tokenizer, resolve_source  # noqa: E402
-from codespec.runtime import prepared_form  # noqa: E402
+from codespec.models import load_manifest, load_tokenizer  # noqa: E402
+from codespec.runtime import prepared_folder  # noqa: E402
 
 
 def tokenizing_pair():
     """What ``prompt_ids`` reads of a loaded pair, without loading a model: the tokenizer,
     the manifest's tokens, and no measured prefill speed (the windows' token limits apply)."""
     manifest = load_manifest()
-    src = manifest.target
-    folder = resolve_source(src, manifest.install_hint, print, form=prepared_form(src, "auto"))
+    folder = prepared_folder(manifest, manifest.target)
     engine = SimpleNamespace(prefill_rate=None)
     return SimpleNamespace(tokenizer=load_tokenizer(folder), manifest=manifest, engine=engine)
 

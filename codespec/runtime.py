@@ -77,10 +77,7 @@ def load_pair(
     skipped = draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
     if use_draft and manifest.draft is not None and skipped is None:
         sources.append(manifest.draft)
-    folders = [
-        resolve_source(src, manifest.install_hint, progress, form=prepared_form(src, mode))
-        for src in sources
-    ]
+    folders = [prepared_folder(manifest, src, mode, progress) for src in sources]
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folders[0])
     loaded = [
@@ -137,6 +134,14 @@ def _load_model(
         return model, f"{src.label}: {plan.summary()}", plan.torch_dtype
     device, dense_dtype = choose_device_dtype(dtypes, device)
     return load_causal_lm(folder, device, dense_dtype), "", dense_dtype
+
+
+def prepared_folder(
+    manifest: PairManifest, src: ModelSource, mode: str = "auto", progress: Progress = print
+) -> Path:
+    """The folder of one of the pair's models in the form ``mode`` runs it in (prepared once:
+    parts joined, verified, converted)."""
+    return resolve_source(src, manifest.install_hint, progress, form=prepared_form(src, mode))
 
 
 def prepared_form(src: ModelSource, mode: str) -> str:

@@ -44,6 +44,7 @@ never uses, and contexts whose acceptance looks too poor to try, are re-measured
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .ngram import SINGLE, SPLIT, UNANIMOUS
@@ -81,14 +82,20 @@ REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of th
 FREE_RIDE = 1.03  # a wider pass within 3% of the chosen width's cost is as good as free
 
 
-def expected_tokens(rates: list[float]) -> float:
-    """Expected tokens per pass verifying a chain whose i-th token is kept with probability
-    ``rates[i]`` given the ones before it were, bonus token included: 1 + sum of P(prefix kept)."""
+def expectations(rates: list[float]) -> Iterator[float]:
+    """E(1), E(2), ...: expected tokens per pass verifying the first k tokens of a chain whose
+    i-th token is kept with probability ``rates[i]`` given the ones before it were, bonus token
+    included: E(k) = 1 + sum over i <= k of P(the first i kept)."""
     expected, kept = 1.0, 1.0
     for rate in rates:
         kept *= min(max(rate, 0.0), 1.0)
         expected += kept
-    return expected
+        yield expected
+
+
+def expected_tokens(rates: list[float]) -> float:
+    """E of verifying the whole chain (1.0 for none: E only grows with k)."""
+    return max(expectations(rates), default=1.0)
 
 
 def span_rates(first: float, then: float, n: int) -> list[float]:
@@ -142,8 +149,14 @@ class SpanAcceptance:
     """Acceptance of the n-gram spans of one kind: of the first token, and of each later token
     given that the one before it was kept."""
 
-    def __init__(self, first: float, then: float) -> None:
-        self.first, self.then = Acceptance(first), Acceptance(then)
+    def __init__(self, first: float, then: float, weight: float = 4.0, decay: float = 0.97):
+        self.first = Acceptance(first, weight, decay)
+        self.then = Acceptance(then, weight, decay)
+
+    @classmethod
+    def tally(cls) -> SpanAcceptance:
+        """Plain counts of kept and missed tokens: no prior, no decay (one request's record)."""
+        return cls(0.0, 0.0, weight=0.0, decay=1.0)
 
     def add(self, proposed: int, accepted: int) -> None:
         if proposed <= 0:
@@ -153,25 +166,9 @@ class SpanAcceptance:
             self.then.add(proposed - 1, accepted - 1)
 
 
-class RequestRecord:
-    """What the current request's n-gram spans did: first tokens kept / missed, later ones."""
-
-    def __init__(self) -> None:
-        self.first = [0.0, 0.0]
-        self.then = [0.0, 0.0]
-
-    def add(self, proposed: int, accepted: int) -> None:
-        if proposed <= 0:
-            return
-        self.first[0 if accepted >= 1 else 1] += 1
-        if accepted >= 1 and proposed > 1:
-            self.then[0] += accepted - 1
-            self.then[1] += 1 if accepted < proposed else 0
-
-
-def blend(record: list[float], long_run: float) -> float:
-    """The long-run rate updated by a request's own ``[kept, missed]`` record."""
-    kept, missed = record
+def blend(record: Acceptance, long_run: float) -> float:
+    """The long-run rate updated by a request's own counts (``SpanAcceptance.tally``)."""
+    kept, missed = record.accepted, record.rejected
     return (kept + REQUEST_WEIGHT * long_run) / (kept + missed + REQUEST_WEIGHT)
 
 
@@ -198,7 +195,7 @@ class SpeculationPolicy:
         # n-gram acceptance by (context, evidence bucket, support), from the priors when first seen
         self.ngram: dict[tuple[str, int, str], SpanAcceptance] = {}
         self.context = ""  # the current request's (``begin_request``)
-        self.request_ngram = RequestRecord()  # what this request's n-gram spans did
+        self.request_ngram = SpanAcceptance.tally()  # what this request's n-gram spans did
         self.draft = Acceptance(prior=0.6)
         self.draft_on = self.draft_enabled
         self.passes_since_probe = 0
@@ -238,7 +235,7 @@ class SpeculationPolicy:
         """A new request; ``context`` keys what n-gram acceptance it learns and uses (what
         kind of completion it is, e.g. ``"line"``)."""
         self.context = context
-        self.request_ngram = RequestRecord()
+        self.request_ngram = SpanAcceptance.tally()
 
     def _ngram(self, evidence: int, support: str) -> SpanAcceptance:
         length = evidence_bucket(evidence)
@@ -291,10 +288,7 @@ class SpeculationPolicy:
         (given the ones before it were accepted): E(k) = 1 + sum over i <= k of a_1 ... a_i."""
         offered = min(len(rates), self.max_nodes_limit)
         best_k, best_rate = 0, MARGIN / self.verify_cost(1)
-        expected, kept = 1.0, 1.0
-        for k in range(1, offered + 1):
-            kept *= min(max(rates[k - 1], 0.0), 1.0)
-            expected += kept
+        for k, expected in enumerate(expectations(rates[:offered]), start=1):
             rate = expected / self.verify_cost(1 + k)
             if rate > best_rate * 1.001:  # ties go to the narrower pass
                 best_k, best_rate = k, rate
