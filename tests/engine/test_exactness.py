@@ -47,9 +47,12 @@ def identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> int:
 
 
 def test_fused_attention_makes_rows_depend_on_pass_width():
-    """The control: without row-wise attention the test below would fail."""
+    """The control: without row-wise attention the test below would fail. Which widths show
+    it depends on the CPU's kernels (on a Xeon with AMX, 5-token chains happened to match
+    all 30 rows, 8-token ones 18), so it looks at several."""
     model, ids = bf16_model(), random_ids(CONTEXT + STEPS + 8)
-    assert identical(rows_in_passes_of(model, ids, 1), rows_in_passes_of(model, ids, 5)) < STEPS
+    one = rows_in_passes_of(model, ids, 1)
+    assert min(identical(one, rows_in_passes_of(model, ids, w)) for w in (3, 5, 8)) < STEPS
 
 
 @pytest.mark.parametrize("width", [2, 3, 5, 8])
