@@ -6,6 +6,7 @@ daemon and the benchmark all start here.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,10 +104,9 @@ def load_pair(
         policy=policy,
     )
     del models, target, draft  # the engine holds what it keeps (it may release the draft)
-    had_draft = engine.drafter is not None
+    if draft_mode == "auto":  # released now or after some requests: later starts skip it
+        engine.on_draft_released = functools.partial(draft_verdict.remember, verdict)
     engine.calibrate()
-    if had_draft and draft_mode == "auto":
-        draft_verdict.remember(verdict, engine.draft_step_ratio)
     return_freed_memory(collect=True)  # what loading freed (a released draft among it)
     if skipped:
         engine.draft_note = (

@@ -87,3 +87,46 @@ def test_a_damaged_verdict_file_means_measuring_again(pair_with_draft):
         loaded.clear()
         load(manifest)
         assert len(loaded) == 2, value
+
+
+def test_a_draft_kept_at_load_goes_once_real_passes_show_it_cannot_pay(
+    pair_with_draft, monkeypatch
+):
+    """Calibration takes one look; the running costs of real requests decide again, and that
+    verdict is kept for the next start too."""
+    from codespec.engine.loop import DRAFT_RECHECK_PASSES, GenerationParams
+
+    manifest, loaded = pair_with_draft
+    judge = SpeculationPolicy.draft_can_pay
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: True)
+    pair = load(manifest)
+    engine = pair.engine
+    assert engine.drafter is not None
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", judge)
+    # the real passes show a draft step costing as much as ten target passes
+    engine.policy.draft_step_s.value = 10 * engine.policy.verify_cost(1)
+    prompt = pair.tokenizer.encode("def add(a, b):\n    return")
+    while engine.policy.passes < DRAFT_RECHECK_PASSES:
+        assert engine.drafter is not None  # too few passes yet to judge again
+        list(engine.generate(prompt, GenerationParams(max_tokens=4, use_ngram=False)))
+        prompt = prompt + [prompt[-1]]
+    assert engine.drafter is None and engine.policy.draft_mode == "off"
+    assert engine.draft_note.startswith("draft released: a step costs")
+    assert engine.draft_step_ratio > 1  # the running costs' ratio (passes moved it from 10)
+    # still generates, without it
+    assert list(engine.generate(prompt, GenerationParams(max_tokens=4)))
+    loaded.clear()
+    assert load(manifest).engine.drafter is None and len(loaded) == 1
+
+
+def test_a_draft_that_can_pay_stays_after_the_recheck(pair_with_draft, monkeypatch):
+    from codespec.engine.loop import DRAFT_RECHECK_PASSES, GenerationParams
+
+    manifest, _ = pair_with_draft
+    monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: True)
+    engine = load(manifest).engine
+    prompt = list(range(5, 25))
+    while engine.policy.passes < DRAFT_RECHECK_PASSES + 8:
+        list(engine.generate(prompt, GenerationParams(max_tokens=8)))
+        prompt = prompt + [7]
+    assert engine.drafter is not None and engine.policy.draft_mode == "auto"

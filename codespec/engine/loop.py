@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..memory import return_freed_memory
 from .attention import use_rowwise_attention
 from .draft import DraftProposer
 from .kvcache import CachedModel, Cancelled, common_prefix_len, either, timed
@@ -47,6 +48,9 @@ PREFILL_CHUNK_S = 2.0
 # (the rest follow in a second): each row adds ~15-25% of a one-row pass on a 2-core CPU, and
 # the user may type before a wide pass ends.
 AHEAD_FIRST = 3
+# Target passes measured (calibration's four included) before the draft's worth is judged
+# again on the running costs (``Engine.reconsider_draft``).
+DRAFT_RECHECK_PASSES = 32
 
 
 @dataclass
@@ -196,6 +200,8 @@ class Engine:
         self.pad_single_row = True  # until calibrate() has checked that one-row passes are exact
         self.draft_note = ""  # why the draft was released, if it was
         self.draft_step_ratio: float | None = None  # draft step / target pass, when released
+        # told the ratio when the draft is released (the daemon remembers it for later starts)
+        self.on_draft_released: Callable[[float], None] | None = None
         self.prefill_rate: float | None = None  # prompt tokens per second, measured at load
         # the last request's prompt and the logits after it (what ``look_ahead`` starts from)
         self.prompt_logits: tuple[list[int], torch.Tensor] | None = None
@@ -233,6 +239,24 @@ class Engine:
         self.drafter = None
         self.policy.draft_enabled = self.policy.draft_on = False
         self.policy.draft_mode = "off"
+        if self.on_draft_released is not None:
+            self.on_draft_released(ratio)
+
+    def reconsider_draft(self) -> bool:
+        """Release the draft if the costs measured in real requests say it cannot pay.
+
+        ``calibrate`` judges the draft on one look at a 16-token context, and a moment's noise
+        can keep a draft that never runs: on a 2-core Xeon at 20 GB/s it stayed resident (650
+        MB, the pair at 2.8 GB) and ran on none of 577 passes. Once ``DRAFT_RECHECK_PASSES``
+        passes have been measured, the same test runs on the running costs. Returns whether
+        the draft was released now."""
+        if self.drafter is None or self.policy.draft_mode != "auto":
+            return False
+        if self.policy.passes < DRAFT_RECHECK_PASSES or self.policy.draft_can_pay():
+            return False
+        self.release_draft()
+        return_freed_memory(collect=True)
+        return True
 
     def warm(
         self,
@@ -394,6 +418,7 @@ class Engine:
                 out.done, stats.stop_reason = True, "cancelled"
             finally:
                 stats.total_s = time.perf_counter() - t0
+                self.reconsider_draft()
 
     # -- steps --------------------------------------------------------------------------------
 
