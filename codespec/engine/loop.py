@@ -245,11 +245,11 @@ class Engine:
     def reconsider_draft(self) -> bool:
         """Release the draft if the costs measured in real requests say it cannot pay.
 
-        ``calibrate`` judges the draft on one look at a 16-token context, and a moment's noise
-        can keep a draft that never runs: on a 2-core Xeon at 20 GB/s it stayed resident (650
-        MB, the pair at 2.8 GB) and ran on none of 577 passes. Once ``DRAFT_RECHECK_PASSES``
-        passes have been measured, the same test runs on the running costs. Returns whether
-        the draft was released now."""
+        ``calibrate`` judges the draft on one look at a 16-token context. On a 2-core Xeon at
+        20 GB/s that look kept it in both starts tried, and it then ran on none of 577 passes
+        while it held 650 MB (the pair at 2.8 GB). Once ``DRAFT_RECHECK_PASSES`` passes have
+        been measured, the same test runs on the running costs. Returns whether the draft was
+        released now."""
         if self.drafter is None or self.policy.draft_mode != "auto":
             return False
         if self.policy.passes < DRAFT_RECHECK_PASSES or self.policy.draft_can_pay():
