@@ -31,21 +31,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from linear_kernels import read_bandwidth_gb_s  # noqa: E402
+
 from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
 from codespec.engine import attention  # noqa: E402
 from codespec.quant.layers import QuantLinear  # noqa: E402
 from codespec.runtime import load_pair  # noqa: E402
-
-
-def read_bandwidth_gbs(megabytes: int = 512, repeats: int = 5) -> float:
-    """Memory read bandwidth, GB/s: the best of a few sums over a buffer far larger than L3."""
-    buffer = torch.ones(megabytes * 2**20 // 4)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        buffer.sum()
-        best = min(best, time.perf_counter() - t0)
-    return buffer.numel() * 4 / best / 1e9
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -125,7 +117,7 @@ def main() -> None:
     target = pair.engine.target
     if not target._lean():
         sys.exit("pass_parts: this model does not run the lean pass")
-    bandwidth = read_bandwidth_gbs()
+    bandwidth = read_bandwidth_gb_s()
     weights = weight_bytes(target.model)
     floor_ms = 1000 * weights / (bandwidth * 1e9)
     print(f"{cpu_model()} ({cpu_kind()}), {torch.get_num_threads()} threads; {pair.quantization}")
