@@ -147,16 +147,14 @@ def main() -> None:
                         target.crop(context)
                     if repeat:  # the first round warms up (and fills the remembered outputs)
                         seconds[name].append(elapsed)
-            whole, no_linears, neither = (
-                1000 * statistics.median(seconds[name]) for name in VARIANTS
-            )
+            whole, no_linears, glue = (1000 * statistics.median(seconds[n]) for n in VARIANTS)
             row = [
                 context,
                 width,
                 f"{whole:.1f} ms",
                 f"{whole - no_linears:.1f} ms",
-                f"{no_linears - neither:.1f} ms",
-                f"{neither:.1f} ms",
+                f"{no_linears - glue:.1f} ms",
+                f"{glue:.1f} ms",
                 f"{whole / floor_ms:.2f}",
             ]
             print("| " + " | ".join(map(str, row)) + " |")
