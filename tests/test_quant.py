@@ -458,3 +458,39 @@ def test_fused_projections_compute_what_the_separate_ones_do(kernel, dtype):
         assert torch.equal(got, want)
     else:
         assert torch.allclose(got.float(), want.float(), atol=0.05)
+
+
+@pytest.mark.parametrize("kernel", ["int4", "w8a8"])
+def test_layers_built_side_by_side_make_the_model_built_one_by_one(monkeypatch, kernel):
+    """The loader builds ``LOAD_WORKERS`` layers at a time (and the large ones alone): each
+    layer comes from its own weight, so the model is the same bits as one built in order."""
+    from codespec.quant import load
+
+    dense = tiny_qwen2(seed=6, vocab=96, hidden=64)
+    weights = quantize_dense(dense.state_dict(), "int4")
+    plan = kernels.KernelPlan(dtype="float32", forced=kernel)
+    models = {}
+    for workers, large in ((1, 2**40), (2, 96 * 64)):  # (the second: the embedding built alone)
+        monkeypatch.setattr(load, "LOAD_WORKERS", workers)
+        monkeypatch.setattr(load, "LARGE_WEIGHT_ELEMENTS", large)
+        models[workers] = build_quantized(
+            dense.config, weights, torch.float32, plan.kernel_for, digits_for=plan.digits_for
+        )
+    ids = torch.tensor([[1, 5, 9, 20, 3, 7, 1, 5]])
+    with torch.inference_mode():
+        assert torch.equal(models[1](ids).logits, models[2](ids).logits)
+    assert [type(m) for m in models[1].modules()] == [type(m) for m in models[2].modules()]
+
+
+def test_build_results_come_in_order_and_a_failing_build_is_not_hidden():
+    from codespec.quant.load import run_builds
+
+    assert run_builds([lambda i=i: i for i in range(7)], alone=[i % 3 == 0 for i in range(7)]) == [
+        *range(7)
+    ]
+
+    def broken():
+        raise ValueError("weight 3 is damaged")
+
+    with pytest.raises(ValueError, match="weight 3 is damaged"):
+        run_builds([lambda: 1, broken, lambda: 2])

@@ -17,6 +17,7 @@ the cost of a pass, not what a row computes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import torch
@@ -84,32 +85,45 @@ def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
     return None
 
 
-def fuse_projections(
+def fusion_builds(
     model: torch.nn.Module,
     weights: Mapping[str, QuantWeight | torch.Tensor],
     kernel_for: Callable[[str, QuantWeight], str],
     dtype: torch.dtype,
-) -> None:
-    """Replace each group of ``FUSE_GROUPS`` found in ``model`` (as ``nn.Linear``s of one
-    module, all on one kernel) by ``FusedPart``s of one layer."""
+) -> list[Callable[[], Callable[[], None] | None]]:
+    """One build for each group of ``FUSE_GROUPS`` found in ``model`` (as ``nn.Linear``s of one
+    module): it reads the parts' weights and makes their fused layer, and returns what puts
+    the ``FusedPart``s in place, or None where the group does not fuse (a part not quantized,
+    parts on different kernels, mixed biases). Builds may run side by side (``load.py``);
+    what they return is run afterwards, one after another."""
+    builds = []
     for prefix, module in list(model.named_modules()):
         for group in FUSE_GROUPS:
-            if not all(isinstance(getattr(module, g, None), torch.nn.Linear) for g in group):
-                continue
-            names = [f"{prefix}.{g}" if prefix else g for g in group]
-            parts = [weights[f"{n}.weight"] for n in names]
-            if any(isinstance(w, torch.Tensor) for w in parts):
-                continue
-            kernels = {kernel_for(n, w) for n, w in zip(names, parts, strict=True)}
-            has_bias = [getattr(module, g).bias is not None for g in group]
-            if len(kernels) != 1 or len(set(has_bias)) != 1:
-                continue
-            kernel = kernels.pop()
-            weight = stacked(parts, kernel)
-            if weight is None or (kernel == "int4" and weight.q.shape[0] % 16):
-                continue
-            bias = torch.cat([weights[f"{n}.bias"] for n in names]) if has_bias[0] else None
-            sizes = [w.q.shape[0] for w in parts]
-            fused = FusedLinear(QuantLinear(weight, bias, kernel, dtype), sizes)
-            for i, g in enumerate(group):
-                setattr(module, g, FusedPart(fused, i))
+            if all(isinstance(getattr(module, g, None), torch.nn.Linear) for g in group):
+                builds.append(
+                    functools.partial(_fuse, module, prefix, group, weights, kernel_for, dtype)
+                )
+    return builds
+
+
+def _fuse(module, prefix, group, weights, kernel_for, dtype) -> Callable[[], None] | None:
+    names = [f"{prefix}.{g}" if prefix else g for g in group]
+    parts = [weights[f"{n}.weight"] for n in names]
+    if any(isinstance(w, torch.Tensor) for w in parts):
+        return None
+    kernels = {kernel_for(n, w) for n, w in zip(names, parts, strict=True)}
+    has_bias = [getattr(module, g).bias is not None for g in group]
+    if len(kernels) != 1 or len(set(has_bias)) != 1:
+        return None
+    kernel = kernels.pop()
+    weight = stacked(parts, kernel)
+    if weight is None or (kernel == "int4" and weight.q.shape[0] % 16):
+        return None
+    bias = torch.cat([weights[f"{n}.bias"] for n in names]) if has_bias[0] else None
+    fused = FusedLinear(QuantLinear(weight, bias, kernel, dtype), [w.q.shape[0] for w in parts])
+
+    def put_in_place() -> None:
+        for i, g in enumerate(group):
+            setattr(module, g, FusedPart(fused, i))
+
+    return put_in_place

@@ -9,13 +9,16 @@ quantized on the spot (a local Hugging Face folder, the tiny models of the tests
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..memory import return_freed_memory
-from .fusion import fuse_projections
+from .fusion import fusion_builds
 from .layers import (
     Int4Weight,
     QuantEmbedding,
@@ -26,6 +29,7 @@ from .layers import (
     quantize_int4,
     quantize_int8,
     unpack_stored,
+    w8a8_weight_levels,
 )
 
 WEIGHTS_FILE = "model.safetensors"
@@ -100,15 +104,31 @@ def quantize_dense(
     return out
 
 
-# a weight this large (the embeddings, the LM head) is built on a trimmed heap
+# a weight this large (the embeddings, the LM head) is built alone, on a trimmed heap
 LARGE_WEIGHT_ELEMENTS = 32 * 2**20
+# Layers built at a time. Most of a layer's build is single ops that release the GIL (reading
+# and requantizing its weight, and fbgemm's prepacking, which runs on one core at ~170 MB/s:
+# 9 of the 21 s it took to build the default target on a 2-core CPU, one layer after another).
+LOAD_WORKERS = 2
+
+Build = Callable[[], Any]
 
 
-def _make_room_for(weight: QuantWeight) -> None:
-    """Hand the heap's free pages back before building a large layer: the temporaries of the
-    layers before it (freed, but kept by the allocator) would otherwise add to its own."""
-    if weight.q.numel() >= LARGE_WEIGHT_ELEMENTS:
+def run_builds(builds: list[Build], alone: list[bool] | None = None) -> list[Any]:
+    """The results of ``builds``, in order: ``LOAD_WORKERS`` at a time, and those marked
+    ``alone`` one by one after them, each on a heap whose free pages were handed back first
+    (the temporaries of the layers before it, freed but kept by the allocator, would
+    otherwise add to its own)."""
+    alone = alone or [False] * len(builds)
+    results: list[Any] = [None] * len(builds)
+    together = [i for i, a in enumerate(alone) if not a]
+    with ThreadPoolExecutor(LOAD_WORKERS) as pool:
+        for i, result in zip(together, pool.map(lambda i: builds[i](), together), strict=True):
+            results[i] = result
+    for i in (i for i, a in enumerate(alone) if a):
         return_freed_memory()
+        results[i] = builds[i]()
+    return results
 
 
 def build_quantized(
@@ -122,33 +142,29 @@ def build_quantized(
     """A causal LM for ``config`` made from ``weights``; activations and floats in ``dtype``;
     with ``fuse``, projections that read the same input run as one layer (``fusion.py``);
     ``digits_for`` says which w8a8 layers take their input in two 8-bit digits (``layers.py``;
-    fused groups take one)."""
+    fused groups take one). Each layer is built from its weight alone, so the order they are
+    built in changes no bit of the model."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    w8a8_weight_levels()  # the kernel's probe, once, before layers that need it are built
+    if fuse:  # the fused groups are no longer nn.Linear: the layer builds below pass them by
+        for put_in_place in run_builds(fusion_builds(model, weights, kernel_for, dtype)):
+            if put_in_place is not None:
+                put_in_place()
     tied = getattr(config, "tie_word_embeddings", False)
-    if fuse:  # the fused groups are no longer nn.Linear: the loop below passes them by
-        fuse_projections(model, weights, kernel_for, dtype)
-    for name, module in list(model.named_modules()):
-        if isinstance(module, torch.nn.Linear):
-            key = "model.embed_tokens.weight" if tied and name == "lm_head" else f"{name}.weight"
-            weight = weights[key]
-            bias = weights.get(f"{name}.bias") if module.bias is not None else None
-            assert not isinstance(weight, torch.Tensor), f"{key} is not quantized"
-            digits = digits_for(name, weight) if digits_for else 1
-            kernel = kernel_for(name, weight)
-            _make_room_for(weight)
-            weight = kernel_form(weight, kernel)  # (an int4 form is freed before packing)
-            new: torch.nn.Module = QuantLinear(weight, bias, kernel, dtype, digits)
-        elif isinstance(module, torch.nn.Embedding):
-            weight = weights[f"{name}.weight"]
-            assert not isinstance(weight, torch.Tensor), f"{name}.weight is not quantized"
-            _make_room_for(weight)
-            new = QuantEmbedding(weight, dtype)
-        else:
-            continue
-        del weight  # the layer holds what it keeps
+    layers = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
+    ]
+    builds = [
+        functools.partial(_layer, name, module, weights, kernel_for, dtype, digits_for, tied)
+        for name, module in layers
+    ]
+    large = [module.weight.numel() >= LARGE_WEIGHT_ELEMENTS for _, module in layers]
+    for (name, _), new in zip(layers, run_builds(builds, alone=large), strict=True):
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, new)
     # what is left on the meta device: float parameters (norms) and computed buffers (rotary)
@@ -163,3 +179,20 @@ def build_quantized(
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, type(module)(config=config))
     return model.eval()
+
+
+def _layer(name, module, weights, kernel_for, dtype, digits_for, tied) -> torch.nn.Module:
+    """The quantized layer that takes the place of ``module`` (an ``nn.Linear`` or
+    ``nn.Embedding`` on the meta device), from its weight."""
+    if isinstance(module, torch.nn.Embedding):
+        weight = weights[f"{name}.weight"]
+        assert not isinstance(weight, torch.Tensor), f"{name}.weight is not quantized"
+        return QuantEmbedding(weight, dtype)
+    key = "model.embed_tokens.weight" if tied and name == "lm_head" else f"{name}.weight"
+    weight = weights[key]
+    bias = weights.get(f"{name}.bias") if module.bias is not None else None
+    assert not isinstance(weight, torch.Tensor), f"{key} is not quantized"
+    digits = digits_for(name, weight) if digits_for else 1
+    kernel = kernel_for(name, weight)
+    weight = kernel_form(weight, kernel)  # (an int4 form is freed before packing)
+    return QuantLinear(weight, bias, kernel, dtype, digits)
