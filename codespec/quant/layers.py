@@ -72,8 +72,8 @@ class Int4Weight:
 
     def dequantize(self) -> torch.Tensor:
         n, k = self.q.shape
-        groups = self.q.reshape(n, k // GROUP, GROUP).float()
-        return (groups * self.scale[..., None] - self.minimum[..., None]).reshape(n, k)
+        groups = self.q.reshape(n, k // GROUP, GROUP).float()  # a new tensor: worked in place
+        return groups.mul_(self.scale[..., None]).sub_(self.minimum[..., None]).reshape(n, k)
 
     def pack(self) -> dict[str, torch.Tensor]:
         """Two codes per byte (low nibble first), for storing."""
@@ -102,7 +102,7 @@ class Int8Weight:
     levels: int | None = None
 
     def dequantize(self) -> torch.Tensor:
-        return self.q.float() * self.scale[:, None]
+        return self.q.float().mul_(self.scale[:, None])
 
     def pack(self) -> dict[str, torch.Tensor]:
         return {"q8": self.q, "q8_scale": self.scale}
@@ -129,7 +129,9 @@ def quantize_int8(weight: torch.Tensor, levels: int = 127) -> Int8Weight:
     """Symmetric 8-bit quantization with one scale per output row (codes in -levels..levels)."""
     w = weight.float()
     scale = (w.abs().amax(1) / levels).clamp(min=1e-12)
-    q = torch.round(w / scale[:, None]).clamp(-levels, levels).to(torch.int8)
+    # in place on the quotient: a block of rows is tens of MB, and each new float32 temporary
+    # of that size is fresh pages to fault in (twice the time of the arithmetic when loading)
+    q = (w / scale[:, None]).round_().clamp_(-levels, levels).to(torch.int8)
     return Int8Weight(q, scale, levels)
 
 
