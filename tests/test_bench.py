@@ -4,6 +4,7 @@ command on a tiny model through its CLI."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -302,6 +303,7 @@ def test_priced_speedup_prices_each_pass_at_its_widths_median():
     assert summary["slices_below_one"] == {
         "speedup": ["go copy 0.67x", "lua line 0.91x"],
         "priced_speedup": ["lua line 0.91x"],
+        "priced_bets": [],  # (these records keep no bets)
     }
     assert summary["timing_noise"] == pytest.approx(0.0)  # 3 of 4 holes did not stray
     assert summary["overall"]["priced_speedup"] == pytest.approx(1840 / 1320)
@@ -309,6 +311,26 @@ def test_priced_speedup_prices_each_pass_at_its_widths_median():
     # records from before passes were kept: no priced figure, nothing made up
     old = [row("go", "line", spec=(4, 100, 2), plain=(4, 200, 4))]
     assert report.summarize(old)["overall"]["priced_speedup"] is None
+
+
+def test_bets_are_summed_per_slice_and_checked_against_their_predictions():
+    """A slice that lost: its bets kept 0 tokens of 1.7 expected; across all bets, the first
+    token's predicted rate against how often it was kept, in bins of 0.2."""
+    lost = priced_row("lua", "line", [2, 3, 2], [120, 130, 120], [100, 100])
+    lost["spec"]["bets"] = [[0.7, 0.7, 0.21, 0], [0.5, 1.0, 0.8, 0]]
+    won = priced_row("go", "copy", [3, 3], [130, 130], [100] * 6)
+    won["spec"]["bets"] = [[0.9, 1.7, 0.3, 2], [1.0, 2.0, 0.0, 2]]
+    summary = report.summarize([lost, won])
+    bets = summary["by_language_kind"]["lua"]["line"]["bets"]
+    assert bets["count"] == 2 and bets["kept"] == 0 and bets["expected"] == pytest.approx(1.7)
+    assert bets["z"] == pytest.approx(-1.7 / math.sqrt(1.01))
+    assert summary["slices_below_one"]["priced_bets"] == [
+        "lua line kept 0 of 1.7 expected (-1.7 sd, 2 bets)"
+    ]
+    assert summary["overall"]["bets"]["kept"] == 4
+    bins = [(c["low"], c["bets"], c["kept"]) for c in summary["bet_calibration"]]
+    assert bins == [(0.4, 1, 0.0), (0.6, 1, 0.0), (0.8, 2, 1.0)]  # 1.0 counts in the last bin
+    assert "0.8-1.0: 0.95 -> 1.00 (2)" in report.calibration_text(summary["bet_calibration"])
 
 
 def test_bench_command_end_to_end(tiny_manifest, tmp_path):

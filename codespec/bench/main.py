@@ -241,12 +241,29 @@ def priced_text(result: dict) -> str:
 
 
 def below_one_text(below: dict | None) -> str:
-    """The docs line naming the slices under 1.0x, measured and priced."""
+    """The docs line naming the slices under 1.0x, measured and priced (with what the priced
+    ones' bets kept, where the run's JSON has them)."""
     if below is None:
         return "- Slices below 1.0x: not recorded in this run's JSON."
     measured = ", ".join(below["speedup"]) or "none"
     priced = ", ".join(below["priced_speedup"]) or "none"
-    return f"- Language x kind slices below 1.0x: measured {measured}; priced {priced}."
+    bets = "; ".join(below.get("priced_bets", []))
+    bets = f" (their bets: {bets})" if bets else ""
+    return f"- Language x kind slices below 1.0x: measured {measured}; priced {priced}{bets}."
+
+
+def bets_text(result: dict) -> str:
+    """The docs line on the policy's bets: all of them against what was expected, and how
+    often a first token was kept by its predicted rate."""
+    calibration = result.get("bet_calibration")
+    if not calibration:
+        return "- The policy's bets: not recorded in this run's JSON."
+    bets = result["overall"]["bets"]
+    return (
+        f"- The policy's bets (passes that verified proposed tokens): {report.bet_text(bets)} "
+        "tokens in all (bonus tokens not counted); first token kept, predicted -> measured, by "
+        f"predicted rate: {report.calibration_text(calibration)}."
+    )
 
 
 def pass_costs(pair) -> dict:
@@ -278,6 +295,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"codespec: error: {exc}", file=sys.stderr)
         return 2
     print(report.table(result))
+    print(bets_text(result).removeprefix("- "))
     if "peer" in result:
         print(peer_table(result["peer"], result["machine"].get("quantization", "")))
     if result["missing"]:
@@ -327,6 +345,7 @@ def write_docs(result: dict, docs: Path) -> None:
         "holes where the speculative output is token-identical to plain greedy.",
         priced_text(result),
         below_one_text(result.get("slices_below_one")),
+        bets_text(result),
         "- ttft: a keystroke at the cursor (the cached prompt is extended); cold ttft: the first "
         "request at a new place (full prefill); total: the whole speculative completion with "
         "the prompt cached.",

@@ -3,6 +3,8 @@ table, the docs section and its plots."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -124,7 +126,49 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
         total_ms_p95=percentile(run_col("spec", "total_ms"), 95),
         plain_total_ms_p50=percentile(run_col("plain", "total_ms"), 50),
         plain_total_ms_p95=percentile(run_col("plain", "total_ms"), 95),
+        bets=bet_totals([b for r in rows for b in r["spec"].get("bets", [])]),
     )
+
+
+def bet_totals(bets: list[list[float]]) -> dict:
+    """The policy's bets over some holes (``GenerationStats.bets``): how many, the tokens they
+    were expected to keep, the tokens they kept, and the standard deviation of that count if
+    each token is kept with its predicted probability (a slice whose bets kept well under what
+    was expected, in these units, has a policy that misjudged it; within ~2, the luck of a few
+    bets)."""
+    expected = sum(b[1] for b in bets)
+    sd = math.sqrt(sum(b[2] for b in bets))
+    kept = sum(b[3] for b in bets)
+    return dict(
+        count=len(bets),
+        expected=expected,
+        kept=kept,
+        sd=sd,
+        z=(kept - expected) / sd if sd > 0 else None,
+    )
+
+
+CALIBRATION_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def bet_calibration(rows: list[dict]) -> list[dict]:
+    """How often a bet's first token was kept, by its predicted rate (bins of 0.2): whether
+    the policy's acceptance estimates are right."""
+    bets = [b for r in rows for b in r["spec"].get("bets", [])]
+    out = []
+    for lo, hi in itertools.pairwise(CALIBRATION_BINS):
+        inside = [b for b in bets if lo <= b[0] < hi or (hi == 1.0 and b[0] == 1.0)]
+        if inside:
+            out.append(
+                dict(
+                    low=lo,
+                    high=hi,
+                    bets=len(inside),
+                    predicted=statistics.mean(b[0] for b in inside),
+                    kept=sum(b[3] >= 1 for b in inside) / len(inside),
+                )
+            )
+    return out
 
 
 def group(rows: list[dict], key: Callable[[dict], str]) -> dict[str, list[dict]]:
@@ -153,18 +197,36 @@ def summarize(rows: list[dict]) -> dict:
         pass_prices_ms=prices,
         slices_below_one=slices_below_one(by_language_kind),
         timing_noise=timing_noise(rows, prices),
+        bet_calibration=bet_calibration(rows),
     )
 
 
 def slices_below_one(by_language_kind: dict) -> dict[str, list[str]]:
-    """The language x kind slices whose speedup is under 1.0, measured and priced."""
-    below: dict[str, list[str]] = {"speedup": [], "priced_speedup": []}
+    """The language x kind slices whose speedup is under 1.0, measured and priced, and what
+    the bets of each priced one kept against what was expected of them."""
+    below: dict[str, list[str]] = {"speedup": [], "priced_speedup": [], "priced_bets": []}
     for lang, kinds in by_language_kind.items():
         for kind, figures in kinds.items():
-            for key, names in below.items():
+            for key in ("speedup", "priced_speedup"):
                 if figures.get(key) is not None and figures[key] < 1.0:
-                    names.append(f"{lang} {kind} {figures[key]:.2f}x")
+                    below[key].append(f"{lang} {kind} {figures[key]:.2f}x")
+            if (figures.get("priced_speedup") or 1.0) < 1.0 and figures["bets"]["count"]:
+                below["priced_bets"].append(f"{lang} {kind} {bet_text(figures['bets'])}")
     return below
+
+
+def bet_text(bets: dict) -> str:
+    """'kept 2 of 3.4 expected (-0.9 sd, 4 bets)'."""
+    z = f"{bets['z']:+.1f} sd, " if bets["z"] is not None else ""
+    return f"kept {bets['kept']} of {bets['expected']:.1f} expected ({z}{bets['count']} bets)"
+
+
+def calibration_text(calibration: list[dict]) -> str:
+    """'0.2-0.4: 0.30 -> 0.31 (120 bets), ...': predicted against kept, by predicted rate."""
+    return ", ".join(
+        f"{c['low']:.1f}-{c['high']:.1f}: {c['predicted']:.2f} -> {c['kept']:.2f} ({c['bets']})"
+        for c in calibration
+    )
 
 
 def timing_noise(rows: list[dict], prices: dict[int, float]) -> float | None:

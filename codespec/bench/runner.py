@@ -148,6 +148,9 @@ def run_record(result: CompletionResult, rounds: list[CompletionResult] | None =
         # the first round's decode passes: their widths, and each one's time
         pass_widths=[width for width, _, _ in s.pass_log],
         pass_ms=[round(1000 * seconds, 2) for _, _, seconds in s.pass_log],
+        # the policy's bets: [first token's predicted rate, predicted mean and variance of the
+        # tokens kept, tokens kept] (``GenerationStats.bets``)
+        bets=[[round(x, 4) for x in bet[:3]] + [bet[3]] for bet in s.bets],
         proposed=dict(s.proposed),
         accepted=dict(s.accepted),
         draft_passes=s.draft_passes,

@@ -31,7 +31,7 @@ from .attention import use_rowwise_attention
 from .draft import DraftProposer
 from .kvcache import CachedModel, Cancelled, common_prefix_len, either, timed
 from .ngram import NgramProposer
-from .policy import SpeculationPolicy
+from .policy import SpeculationPolicy, kept_moments
 from .tree import TokenTree
 from .verify import logits_to_probs, sample, walk_tree
 
@@ -80,6 +80,9 @@ class GenerationStats:
     draft_forwards: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source
     pass_log: list[tuple[int, int, float]] = field(default_factory=list)  # (width, kept, s)
+    # each pass that verified a chain of proposed tokens: (the first token's predicted rate,
+    # the predicted mean and variance of the tokens kept, the tokens kept): the policy's bets
+    bets: list[tuple[float, float, float, int]] = field(default_factory=list)
     dropped_past_stop: int = 0  # tokens accepted in the stopping pass after the stop point
     ahead: bool = False  # the prompt was computed ahead (``Engine.look_ahead``): no prefill pass
     ttft_s: float = 0.0
@@ -395,7 +398,9 @@ class Engine:
                     if cancel is not None and cancel.is_set():
                         raise Cancelled()
                     # 2) Propose: n-gram spans and/or a draft chain, merged into one tree.
-                    tree, evidence, draft_start, draft_s = self._propose(prompt, out, params, rng)
+                    tree, evidence, draft_start, draft_s, bet = self._propose(
+                        prompt, out, params, rng
+                    )
                     # 3) Verify: ONE target pass over [pending] + tree (a cancel stops it
                     # between two layers: its tokens would be thrown away anyway).
                     base = len(self.target.sequence())
@@ -409,6 +414,8 @@ class Engine:
                     self.target.keep(base + 1, [base + 1 + i for i in path])
                     # 5) Learn: acceptance per proposer, costs, counters.
                     self._learn(tree, path, draft_start, draft_s, evidence, stats)
+                    if bet and tree.is_chain():
+                        stats.bets.append((bet[0], *kept_moments(bet), len(path)))
                     # 6) Emit the accepted tokens and the bonus; stop rules may cut them.
                     pending = bonus
                     fresh = out.push([tree.tokens[i] for i in path] + [bonus])
@@ -431,17 +438,17 @@ class Engine:
 
     def _propose(
         self, prompt, out: _Output, params, rng
-    ) -> tuple[TokenTree, tuple[int, str], int | None, list]:
+    ) -> tuple[TokenTree, tuple[int, str], int | None, list, list[float]]:
         """Build this pass's token tree, sized by the policy. Returns (tree, the best n-gram
         span's match length and support, node the draft grew from or None, draft step
-        times)."""
+        times, the predicted rates of the main chain's tokens it verifies)."""
         context = prompt + out.tokens
         remaining = params.max_tokens - len(out.tokens)
         tree = TokenTree()
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
         cap = min(self.policy.max_nodes_limit, remaining - 1)
         if not params.speculate or cap <= 0:
-            return tree, (0, ""), None, []
+            return tree, (0, ""), None, [], []
         offers = self.ngram.propose(context, cap) if params.use_ngram else []
         for candidate in offers:
             tree.add(candidate, cap)
@@ -465,7 +472,7 @@ class Engine:
         tree, index = tree.subset(keep)
         if draft_start is not None:
             draft_start = index.get(draft_start) if draft_start >= 0 else -1
-        return tree, evidence, draft_start, draft_s
+        return tree, evidence, draft_start, draft_s, rates[:k]
 
     def _draft(self, tree, context, cap, remaining, params, rng, ngram_rates):
         """Let the draft continue the best n-gram span (or start at the root) when the policy

@@ -98,6 +98,19 @@ def expected_tokens(rates: list[float]) -> float:
     return max(expectations(rates), default=1.0)
 
 
+def kept_moments(rates: list[float]) -> tuple[float, float]:
+    """Mean and variance of how many tokens of a verified chain are kept (bonus not counted),
+    its i-th token kept with probability ``rates[i]`` given the ones before it were. With
+    ``s_i = P(K >= i) = a_1 ... a_i``: ``E[K] = sum s_i`` and ``E[K^2] = sum (2i - 1) s_i``."""
+    mean = square = 0.0
+    kept = 1.0
+    for i, rate in enumerate(rates, start=1):
+        kept *= min(max(rate, 0.0), 1.0)
+        mean += kept
+        square += (2 * i - 1) * kept
+    return mean, square - mean * mean
+
+
 def span_rates(first: float, then: float, n: int) -> list[float]:
     """Per-token rates of an ``n``-token n-gram span: ``first``, then ``then`` for the rest."""
     return [first] + [then] * (n - 1) if n > 0 else []

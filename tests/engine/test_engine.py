@@ -273,3 +273,20 @@ def test_a_cancel_stops_a_decoding_pass_between_layers(target_model):
     assert engine.target.ids == prompt + tokens[:-1]  # the last token is pending, not cached
     again = engine.generate(prompt, GenerationParams(max_tokens=12))
     assert again.run() == naive_greedy(target_model, prompt, 12)
+
+
+def test_each_chain_verified_is_a_bet_on_record(target_model):
+    """Every pass that verified proposed tokens (a chain) records the policy's prediction for
+    them and what the target kept: the bench checks the estimates against these."""
+    engine = make_engine(target_model, branches=1)
+    generation = engine.generate(PROMPTS[0], GenerationParams(max_tokens=40, use_draft=False))
+    generation.run()
+    stats = generation.stats
+    chains = [(width, kept) for width, kept, _ in stats.pass_log if width > 1]
+    assert chains and len(stats.bets) == len(chains)
+    for (width, kept), (first, mean, variance, bet_kept) in zip(chains, stats.bets, strict=True):
+        assert bet_kept == kept <= width - 1
+        assert 0.0 < first <= 1.0 and 0.0 < mean <= width - 1 and variance >= 0.0
+    plain = engine.generate(PROMPTS[0], GenerationParams(max_tokens=40, speculate=False))
+    plain.run()
+    assert plain.stats.bets == []

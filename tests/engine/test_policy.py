@@ -10,6 +10,7 @@ from codespec.engine.policy import (
     WIDTH_PROBE_GAP,
     SpeculationPolicy,
     expected_tokens,
+    kept_moments,
     span_rates,
 )
 
@@ -196,3 +197,21 @@ def test_a_request_where_lookup_keeps_missing_stops_verifying_it():
     assert policy.chain_length(span_of(policy, 2, n=4)) == 0
     policy.begin_request()  # the next request starts from the long-run rate again
     assert policy.ngram_rates(2)[0] > 0.4
+
+
+@pytest.mark.parametrize(
+    "rates", [[], [0.5], [0.9, 0.3, 1.0, 0.6], [0.2] * 7, [1.0, 1.0, 0.0, 0.8]]
+)
+def test_kept_moments_are_those_of_the_kept_count(rates):
+    """The count's distribution written out: K = m when the first m are kept and the next is
+    not (K = k when all are)."""
+    probability, kept = [], 1.0
+    for m in range(len(rates) + 1):
+        stops = 1.0 - rates[m] if m < len(rates) else 1.0
+        probability.append(kept * stops)
+        kept *= rates[m] if m < len(rates) else 0.0
+    mean = sum(m * p for m, p in enumerate(probability))
+    variance = sum(m * m * p for m, p in enumerate(probability)) - mean * mean
+    assert sum(probability) == pytest.approx(1.0)
+    assert kept_moments(rates) == pytest.approx((mean, variance), abs=1e-12)
+    assert kept_moments(rates)[0] == pytest.approx(expected_tokens(rates) - 1.0)
