@@ -325,7 +325,7 @@ def test_bets_are_summed_per_slice_and_checked_against_their_predictions():
     assert bets["count"] == 2 and bets["kept"] == 0 and bets["expected"] == pytest.approx(1.7)
     assert bets["z"] == pytest.approx(-1.7 / math.sqrt(1.01))
     assert summary["slices_below_one"]["priced_bets"] == [
-        "lua line kept 0 of 1.7 expected (-1.7 sd, 2 bets)"
+        "lua line kept 0 tokens of 1.7 expected (-1.7 sd, 2 bets)"
     ]
     assert summary["overall"]["bets"]["kept"] == 4
     bins = [(c["low"], c["bets"], c["kept"]) for c in summary["bet_calibration"]]

@@ -260,9 +260,9 @@ def bets_text(result: dict) -> str:
         return "- The policy's bets: not recorded in this run's JSON."
     bets = result["overall"]["bets"]
     return (
-        f"- The policy's bets (passes that verified proposed tokens): {report.bet_text(bets)} "
-        "tokens in all (bonus tokens not counted); first token kept, predicted -> measured, by "
-        f"predicted rate: {report.calibration_text(calibration)}."
+        f"- The policy's bets (passes that verified proposed tokens): {report.bet_text(bets)}, "
+        "bonus tokens not counted; first token kept, predicted -> measured, by predicted "
+        f"rate: {report.calibration_text(calibration)}."
     )
 
 

@@ -216,9 +216,11 @@ def slices_below_one(by_language_kind: dict) -> dict[str, list[str]]:
 
 
 def bet_text(bets: dict) -> str:
-    """'kept 2 of 3.4 expected (-0.9 sd, 4 bets)'."""
+    """'kept 2 tokens of 3.4 expected (-0.9 sd, 4 bets)'."""
     z = f"{bets['z']:+.1f} sd, " if bets["z"] is not None else ""
-    return f"kept {bets['kept']} of {bets['expected']:.1f} expected ({z}{bets['count']} bets)"
+    return (
+        f"kept {bets['kept']} tokens of {bets['expected']:.1f} expected ({z}{bets['count']} bets)"
+    )
 
 
 def calibration_text(calibration: list[dict]) -> str:
