@@ -80,8 +80,8 @@ class GenerationStats:
     draft_forwards: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source
     pass_log: list[tuple[int, int, float]] = field(default_factory=list)  # (width, kept, s)
-    # each pass that verified a chain of proposed tokens: (the first token's predicted rate,
-    # the predicted mean and variance of the tokens kept, the tokens kept): the policy's bets
+    # each pass that verified proposed tokens: (its main chain's first token's predicted rate,
+    # the predicted mean and variance of the chain's tokens kept, the chain's tokens kept)
     bets: list[tuple[float, float, float, int]] = field(default_factory=list)
     dropped_past_stop: int = 0  # tokens accepted in the stopping pass after the stop point
     ahead: bool = False  # the prompt was computed ahead (``Engine.look_ahead``): no prefill pass
@@ -414,8 +414,10 @@ class Engine:
                     self.target.keep(base + 1, [base + 1 + i for i in path])
                     # 5) Learn: acceptance per proposer, costs, counters.
                     self._learn(tree, path, draft_start, draft_s, evidence, stats)
-                    if bet and tree.is_chain():
-                        stats.bets.append((bet[0], *kept_moments(bet), len(path)))
+                    if bet:  # kept: how far the path followed the chain the bet was on
+                        chain = tree.main_chain()[: len(bet)]
+                        kept = common_prefix_len(path, chain)
+                        stats.bets.append((bet[0], *kept_moments(bet), kept))
                     # 6) Emit the accepted tokens and the bonus; stop rules may cut them.
                     pending = bonus
                     fresh = out.push([tree.tokens[i] for i in path] + [bonus])

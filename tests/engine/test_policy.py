@@ -215,3 +215,14 @@ def test_kept_moments_are_those_of_the_kept_count(rates):
     assert sum(probability) == pytest.approx(1.0)
     assert kept_moments(rates) == pytest.approx((mean, variance), abs=1e-12)
     assert kept_moments(rates)[0] == pytest.approx(expected_tokens(rates) - 1.0)
+
+
+def test_riders_fill_no_width_whose_cost_is_a_guess():
+    """Past the widest measured width the cost is guessed flat within a bucket (so that a
+    chain gets tried there): other branches do not ride along on that guess. Where the wider
+    widths were measured cheap (a GPU), they do."""
+    cpu = policy_with(((1, 0.080), (2, 0.091), (4, 0.149), (8, 0.203), (17, 0.318)))
+    assert cpu.verify_cost(25) == cpu.verify_cost(17)  # the guess
+    assert cpu.width(16, nodes=30) == 16
+    gpu = policy_with(FLAT_COSTS)
+    assert gpu.width(16, nodes=30) > 16  # measured up to 32 and near flat
