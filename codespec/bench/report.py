@@ -218,9 +218,9 @@ def slices_below_one(by_language_kind: dict) -> dict[str, list[str]]:
 def bet_text(bets: dict) -> str:
     """'kept 2 tokens of 3.4 expected (-0.9 sd, 4 bets)'."""
     z = f"{bets['z']:+.1f} sd, " if bets["z"] is not None else ""
-    return (
-        f"kept {bets['kept']} tokens of {bets['expected']:.1f} expected ({z}{bets['count']} bets)"
-    )
+    tokens = "token" if bets["kept"] == 1 else "tokens"
+    count = "1 bet" if bets["count"] == 1 else f"{bets['count']} bets"
+    return f"kept {bets['kept']} {tokens} of {bets['expected']:.1f} expected ({z}{count})"
 
 
 def calibration_text(calibration: list[dict]) -> str:
