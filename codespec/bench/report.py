@@ -126,8 +126,14 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
         total_ms_p95=percentile(run_col("spec", "total_ms"), 95),
         plain_total_ms_p50=percentile(run_col("plain", "total_ms"), 50),
         plain_total_ms_p95=percentile(run_col("plain", "total_ms"), 95),
-        bets=bet_totals([b for r in rows for b in r["spec"].get("bets", [])]),
+        bets=bet_totals(bets_of(rows)),
     )
+
+
+def bets_of(rows: list[dict]) -> list[list[float]]:
+    """Every bet of the speculative runs of ``rows``, in order: ``[first-token rate, expected
+    kept, variance of kept, kept]`` each (``GenerationStats.bets``)."""
+    return [bet for r in rows for bet in r["spec"].get("bets", [])]
 
 
 def bet_totals(bets: list[list[float]]) -> dict:
@@ -154,7 +160,7 @@ CALIBRATION_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 def bet_calibration(rows: list[dict]) -> list[dict]:
     """How often a bet's first token was kept, by its predicted rate (bins of 0.2): whether
     the policy's acceptance estimates are right."""
-    bets = [b for r in rows for b in r["spec"].get("bets", [])]
+    bets = bets_of(rows)
     out = []
     for lo, hi in itertools.pairwise(CALIBRATION_BINS):
         inside = [b for b in bets if lo <= b[0] < hi or (hi == 1.0 and b[0] == 1.0)]
