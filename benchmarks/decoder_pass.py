@@ -9,39 +9,30 @@ paths alternate, so both see the same machine; the logits are compared bit for b
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
-from codespec.runtime import load_pair  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lean_passes import arguments, lean_target, machine_line, numbers, prompt_ids  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--contexts", default="150,1000")
-    parser.add_argument("--widths", default="1,2,4")
-    args = parser.parse_args()
-    pair = load_pair(use_draft=False, progress=lambda m: None)
+    args = arguments(__doc__.split("\n\n")[0], repeats=11, contexts="150,1000")
+    contexts, widths = numbers(args.contexts), numbers(args.widths)
+    pair = lean_target("decoder_pass")
     target = pair.engine.target
-    if not target._lean():
-        sys.exit("decoder_pass: this model does not run the lean pass; nothing to compare")
-    print(f"{cpu_model()} ({cpu_kind()}), {torch.get_num_threads()} threads; {pair.quantization}")
-    source = Path(sysconfig.get_paths()["stdlib"], "json", "decoder.py").read_text()
-    ids = pair.tokenizer(source)["input_ids"]
+    print(machine_line(pair))
+    ids = prompt_ids(pair, max(contexts) + max(widths))
     print("| context | rows | lean pass p50 | model forward p50 | lean / forward | same bits |")
     print("|---|---|---|---|---|---|")
-    for context in (int(c) for c in args.contexts.split(",")):
+    for context in contexts:
         target.reset()
         target.prefill(ids[:context])
-        for width in (int(w) for w in args.widths.split(",")):
+        for width in widths:
             tokens = ids[context : context + width]
             seconds: dict[bool, list[float]] = {True: [], False: []}
             logits: dict[bool, torch.Tensor] = {}

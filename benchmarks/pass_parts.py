@@ -19,25 +19,21 @@ through the caches), so they are estimates; the whole pass is the measured figur
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lean_passes import arguments, lean_target, machine_line, numbers, prompt_ids  # noqa: E402
 from linear_kernels import read_bandwidth_gb_s  # noqa: E402
 
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
 from codespec.engine import attention  # noqa: E402
 from codespec.quant.layers import QuantLinear  # noqa: E402
-from codespec.runtime import load_pair  # noqa: E402
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -108,33 +104,25 @@ VARIANTS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--contexts", default="150,1000,2000")
-    parser.add_argument("--widths", default="1,2,4")
-    args = parser.parse_args()
-    pair = load_pair(use_draft=False, progress=lambda m: None)
+    args = arguments(__doc__.split("\n\n")[0], repeats=15, contexts="150,1000,2000")
+    contexts, widths = numbers(args.contexts), numbers(args.widths)
+    pair = lean_target("pass_parts")
     target = pair.engine.target
-    if not target._lean():
-        sys.exit("pass_parts: this model does not run the lean pass")
     bandwidth = read_bandwidth_gb_s()
     weights = weight_bytes(target.model)
     floor_ms = 1000 * weights / (bandwidth * 1e9)
-    print(f"{cpu_model()} ({cpu_kind()}), {torch.get_num_threads()} threads; {pair.quantization}")
+    print(machine_line(pair))
     print(
         f"memory read {bandwidth:.1f} GB/s; a pass reads {weights / 1e9:.2f} GB of weights: "
         f"floor {floor_ms:.1f} ms"
     )
-    source = Path(sysconfig.get_paths()["stdlib"], "json", "decoder.py").read_text()
-    ids = pair.tokenizer(source)["input_ids"]
+    ids = prompt_ids(pair, max(contexts) + max(widths))
     print("| context | rows | whole pass p50 | linears | attention | glue | whole / floor |")
     print("|---|---|---|---|---|---|---|")
-    for context in (int(c) for c in args.contexts.split(",")):
-        if context + max(int(w) for w in args.widths.split(",")) > len(ids):
-            ids = ids * (1 + context // len(ids) + 1)  # a longer prompt: the file again
+    for context in contexts:
         target.reset()
         target.prefill(ids[:context])
-        for width in (int(w) for w in args.widths.split(",")):
+        for width in widths:
             tokens = ids[context : context + width]
             seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
             outputs: dict = {}
