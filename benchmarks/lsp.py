@@ -18,7 +18,12 @@ then drops): the first text of each keystroke's own request, and of the last one
 what the user sees once they pause. Relay overhead: the same small request sent straight to the
 socket and through a ``codespec lsp`` process, alternately.
 
-    .venv/bin/python benchmarks/lsp.py [--cursors 6] [--keystrokes 4] [--idle-s 3]
+The single-line figure is a median over the requests the model answered (most keystrokes are
+typed through the text already shown), so it rests on few of them: at 8 cursors, 9 each way,
+and one place of docstring prose moved it from ~400 to ~800 ms between two runs on one machine;
+the default of 16 cursors gives ~20 each way (~5 min on a 2-core CPU).
+
+    .venv/bin/python benchmarks/lsp.py [--cursors 16] [--keystrokes 4] [--idle-s 3]
         [--think-ms 400] [--look-ahead-keys 8] [--bursts 4] [--burst-keys 5] [--burst-ms 150]
 """
 
@@ -158,7 +163,7 @@ def burst_mark(first: float | None, _reply: float | None, shown: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cursors", type=int, default=6)
+    ap.add_argument("--cursors", type=int, default=16)
     ap.add_argument("--keystrokes", type=int, default=4)
     ap.add_argument("--relay-messages", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2)
