@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lean_passes import arguments, lean_target, machine_line, numbers, prompt_ids  # noqa: E402
+from lean_passes import arguments, lean_target, machine_line, prompt_ids  # noqa: E402
 
 
 def main() -> None:
     args = arguments(__doc__.split("\n\n")[0], repeats=11, contexts="150,1000")
-    contexts, widths = numbers(args.contexts), numbers(args.widths)
+    contexts, widths = args.contexts, args.widths
     pair = lean_target("decoder_pass")
     target = pair.engine.target
     print(machine_line(pair))

@@ -17,16 +17,20 @@ from codespec.runtime import LoadedPair, load_pair  # noqa: E402
 
 
 def arguments(description: str, repeats: int, contexts: str) -> argparse.Namespace:
+    """``--repeats``, and ``--contexts`` and ``--widths`` as lists of positive whole numbers."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=repeats)
-    parser.add_argument("--contexts", default=contexts)
-    parser.add_argument("--widths", default="1,2,4")
+    parser.add_argument("--contexts", type=numbers, default=contexts)
+    parser.add_argument("--widths", type=numbers, default="1,2,4")
     return parser.parse_args()
 
 
 def numbers(text: str) -> list[int]:
-    """'150,1000' -> [150, 1000]."""
-    return [int(part) for part in text.split(",")]
+    """'150,1000' -> [150, 1000] (argparse turns the ValueError into a one-line usage error)."""
+    values = [int(part) for part in text.split(",")]
+    if min(values) < 1:
+        raise ValueError(text)
+    return values
 
 
 def lean_target(script: str) -> LoadedPair:

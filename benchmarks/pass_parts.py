@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lean_passes import arguments, lean_target, machine_line, numbers, prompt_ids  # noqa: E402
+from lean_passes import arguments, lean_target, machine_line, prompt_ids  # noqa: E402
 from linear_kernels import read_bandwidth_gb_s  # noqa: E402
 
 from codespec.engine import attention  # noqa: E402
@@ -105,7 +105,7 @@ VARIANTS = {
 
 def main() -> None:
     args = arguments(__doc__.split("\n\n")[0], repeats=15, contexts="150,1000,2000")
-    contexts, widths = numbers(args.contexts), numbers(args.widths)
+    contexts, widths = args.contexts, args.widths
     pair = lean_target("pass_parts")
     target = pair.engine.target
     bandwidth = read_bandwidth_gb_s()
