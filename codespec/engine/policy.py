@@ -280,6 +280,10 @@ class SpeculationPolicy:
 
     # -- decisions ------------------------------------------------------------------------------
 
+    def measured_costs(self) -> list[tuple[int, float]]:
+        """(width, seconds a pass) for every width measured so far, narrowest first."""
+        return sorted((w, e.value) for w, e in self.pass_s.items() if e.value is not None)
+
     def verify_cost(self, width: int) -> float:
         """Estimated seconds for a target pass of ``width`` tokens: its own measurement, else the
         straight line between the nearest measured widths either side (each extra row costs
@@ -287,7 +291,7 @@ class SpeculationPolicy:
         of the width bucket (so wider passes get tried, and then measured)."""
         if width in self.pass_s and self.pass_s[width].value is not None:
             return self.pass_s[width].value
-        known = sorted((w, e.value) for w, e in self.pass_s.items() if e.value is not None)
+        known = self.measured_costs()
         if not known:
             return 1.0
         above = next(((w, t) for w, t in known if w > width), None)
@@ -338,8 +342,9 @@ class SpeculationPolicy:
         room = min(bucket(1 + chain), 1 + nodes, 1 + self.max_nodes_limit) - 1
         allowed = min(chain, room)
         cost = self.verify_cost(1 + allowed)
-        known = max((w for w, e in self.pass_s.items() if e.value is not None), default=1)
-        while allowed < min(room, known - 1) and self.verify_cost(2 + allowed) <= cost * FREE_RIDE:
+        measured = self.measured_costs()
+        widest = measured[-1][0] if measured else 1
+        while allowed < min(room, widest - 1) and self.verify_cost(2 + allowed) <= cost * FREE_RIDE:
             allowed += 1
         return allowed
 
