@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codespec.bench import sources  # noqa: E402
 from codespec.bench.main import holes_from  # noqa: E402
 from codespec.bench.runner import BenchSettings, prompt_ids  # noqa: E402
+from codespec.engine.acceptance import evidence_bucket  # noqa: E402
 from codespec.engine.ngram import NgramProposer  # noqa: E402
-from codespec.engine.policy import evidence_bucket  # noqa: E402
 from codespec.models import load_manifest, load_tokenizer  # noqa: E402
 from codespec.runtime import prepared_folder  # noqa: E402
 
@@ -45,7 +45,7 @@ def offers_of(prompt: list[int], completion: list[int]) -> list[dict]:
     proposer = NgramProposer()
     out = []
     for i in range(1, len(completion)):
-        spans = proposer.propose(prompt + completion[:i], 32)
+        spans = proposer.lookup(prompt + completion[:i], 32)
         if not spans:
             continue
         best = spans[0]

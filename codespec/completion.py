@@ -3,11 +3,10 @@ shape the result. The CLI and the LSP server both call ``complete``."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .engine import GenerationParams, GenerationStats
+from .engine import GenerationParams, GenerationStats, StopSignal
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
 from .runtime import LoadedPair
 from .stops import (
@@ -80,16 +79,16 @@ def complete(
     options: CompletionOptions | None = None,
     path: str = "",
     extra_files: tuple[tuple[str, str], ...] = (),
-    cancel: threading.Event | None = None,
+    stop: StopSignal | None = None,
     on_text: Callable[[str], None] | None = None,
     anchor: Anchor | None = None,
-    interrupt: Callable[[], bool] | None = None,
 ) -> CompletionResult:
     """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass.
 
     With the ``anchor`` of an earlier request on the same document, text typed at that cursor
     since then extends the cached prompt instead of rebuilding it (see ``prompt.Anchor``).
-    ``cancel`` and ``interrupt`` stop it early (see ``Engine.generate``).
+    ``stop`` ends it early (``engine/stop.py``). ``pair.engine`` is any generator
+    (``generator.py``).
     """
     options = options or CompletionOptions()
     mode = options.mode or decide_mode(cursor, invoked=options.invoked)
@@ -106,9 +105,7 @@ def complete(
         speculate=options.speculate,
         context=mode.value,
     )
-    generation = pair.engine.generate(
-        prompt, params, cancel=cancel, stop_rule=rule, interrupt=interrupt
-    )
+    generation = pair.engine.generate(prompt, params, stop=stop, stop_rule=rule)
 
     def stopped_by_rule() -> bool:
         return generation.stats.stop_reason == "stop_rule"

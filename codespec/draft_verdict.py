@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .engine.loop import draft_cost_note
+from .engine.calibration import draft_cost_note
 from .models import PairManifest, cache_root
 from .quant.kernels import machine_fingerprint, write_atomically
 

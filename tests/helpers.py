@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from codespec.engine import StopSignal
+
 
 def tiny_qwen2(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2, **config):
     """A randomly initialised Qwen2-architecture causal LM, small enough for fast CPU tests
@@ -117,13 +119,32 @@ def build_tiny_pair(folder: Path) -> Path:
     return manifest
 
 
-class TrueAfter:
-    """An interrupt check that answers False ``calls`` times, then True."""
+class PreemptAfter(StopSignal):
+    """A stop signal whose passes are told to stop once they have asked ``calls`` times (a
+    request elsewhere came while a pass ran)."""
 
     def __init__(self, calls: int) -> None:
+        super().__init__()
         self.calls = calls
         self.asked = 0
 
-    def __call__(self) -> bool:
+    def stops_pass(self, prefill_rows: int | None = None) -> bool:
         self.asked += 1
         return self.asked > self.calls
+
+
+class CancelAfter(StopSignal):
+    """A stop signal cancelled (keeping the chunk, as by a request at the same place) while
+    work runs: the first ``checks`` times it is asked whether it is cancelled, it is not."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = checks
+        self.asked = 0
+
+    @property
+    def cancelled(self) -> bool:
+        self.asked += 1
+        if self.asked > self.checks:
+            self.cancel(keep_chunk=True)
+        return super().cancelled

@@ -94,7 +94,8 @@ def test_a_draft_kept_at_load_goes_once_real_passes_show_it_cannot_pay(
 ):
     """Calibration takes one look; the running costs of real requests decide again, and that
     verdict is kept for the next start too."""
-    from codespec.engine.loop import DRAFT_RECHECK_PASSES, GenerationParams
+    from codespec.engine import GenerationParams
+    from codespec.engine.calibration import DRAFT_RECHECK_PASSES
 
     manifest, loaded = pair_with_draft
     judge = SpeculationPolicy.draft_can_pay
@@ -120,7 +121,8 @@ def test_a_draft_kept_at_load_goes_once_real_passes_show_it_cannot_pay(
 
 
 def test_a_draft_that_can_pay_stays_after_the_recheck(pair_with_draft, monkeypatch):
-    from codespec.engine.loop import DRAFT_RECHECK_PASSES, GenerationParams
+    from codespec.engine import GenerationParams
+    from codespec.engine.calibration import DRAFT_RECHECK_PASSES
 
     manifest, _ = pair_with_draft
     monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: True)

@@ -253,7 +253,7 @@ def test_a_prompt_a_few_lines_below_the_last_one_shares_its_window(tiny_manifest
     fresh prompt a few lines further down starts there too, so the cached KV of everything up
     to the old cursor line is reused; without it the window would start elsewhere."""
     from codespec.completion import CompletionOptions, prompt_at
-    from codespec.engine.kvcache import common_prefix_len
+    from codespec.engine.slots import common_prefix_len
     from codespec.runtime import load_pair
 
     pair = load_pair(str(tiny_manifest), progress=lambda m: None)

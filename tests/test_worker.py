@@ -169,7 +169,7 @@ def test_a_newer_request_stops_the_prefill_of_the_previous_one(
     second = Job(**place("file:///g.py", BODY, 30 if elsewhere else 60, anchors={}))
     assert worker.submit(second).result(timeout=60) is not None
     assert answer.result(timeout=60) is None  # superseded: answered empty
-    assert first.interrupt.is_set() == elsewhere
+    assert first.signal.preempted == elsewhere
     assert ran.count(rows) == (1 if elsewhere else 2)
     if not elsewhere:
         assert worker.stats.last_prompt["cached_tokens"] >= rows - 1  # all but the last token

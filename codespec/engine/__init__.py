@@ -1,9 +1,17 @@
-"""The speculative decoding engine: token ids in, token ids out (no text, no LSP)."""
+"""The speculative decoding engine: token ids in, token ids out (no text, no LSP).
 
-from .kvcache import CachedModel, Cancelled
-from .loop import Engine, Generation, GenerationParams, GenerationStats, StopRule
+Rooms: the decode loop (``loop.py``) over a target backend (``backend.py``; torch's is
+``kvcache.py``), proposers (``proposers.py``: ``ngram.py``, ``draft.py``), the policy
+(``policy.py``), token trees and their acceptance (``tree.py``, ``verify.py``), the stop signal
+(``stop.py``), and the engine's life around requests (``calibration.py``, ``warmup.py``).
+"""
+
+from .kvcache import CachedModel
+from .loop import Engine
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
+from .request import Generation, GenerationParams, GenerationStats, StopRule
+from .stop import Cancelled, StopSignal
 from .tree import Candidate, TokenTree
 
 __all__ = [
@@ -17,5 +25,6 @@ __all__ = [
     "NgramProposer",
     "SpeculationPolicy",
     "StopRule",
+    "StopSignal",
     "TokenTree",
 ]

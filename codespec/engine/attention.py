@@ -1,15 +1,16 @@
 """Row-wise attention: each row's result independent of the width of the pass that computes it.
 
 Why: greedy speculative output must equal plain greedy decoding token for token. In fp32 the
-logits of a position differ by ~1e-6 between a one-token pass and a k-token verification pass,
-which never flips an argmax in practice; in bf16 on CPU they differ by up to ~0.25 (a few bf16
-steps at typical logit sizes), and at a near-tie the verifier then picks another token than
-plain decoding would. Two things make a row's numbers depend on the width of its pass:
+logits of a position differ in the last bits between a one-token pass and a k-token
+verification pass, which practically never flips an argmax; in bf16 on a CPU they differ by a
+few bf16 steps, and at a near-tie the verifier then picks another token than plain decoding
+would. Two things make a row's numbers depend on the width of its pass:
 
-1. the linear layers: a one-row GEMM runs another kernel (another summation order) than a
-   GEMM of two or more rows; rows of GEMMs with two or more rows agree (measured on this CPU
-   for widths 2-16). The decode loop therefore never runs a one-token pass: a lone pending
-   token gets a padding row (see ``loop.Engine._verify``);
+1. the linear layers: with dense float kernels a one-row GEMM may run another kernel (another
+   summation order) than a GEMM of two or more rows, while rows of GEMMs with two or more rows
+   agree. Calibration checks this at load (``calibration.one_row_is_exact``): where one-row
+   passes differ, a lone pending token gets a padding row (``loop.Engine._verify``); where they
+   are exact (the quantized kernels compute each row alone), one-token passes run as they are;
 2. attention: one fused call over all rows, with masked keys, sums in blocks that depend on the
    total key count. Here each query row attends alone, to exactly the keys it may see, in cache
    order: the same tensor shapes and values as when plain decoding computes that position.
@@ -21,8 +22,8 @@ Prefill chunks go row-wise too. A fused call over a chunk sums in blocks that de
 chunk's size and start, so the same prompt prefilled in chunks of 60, 100 or 256 tokens gave
 logits up to 2.0 apart with w8a8 weights (activation quantization turns tiny differences into
 whole steps): completions then depended on the machine's measured prefill speed and on what
-the cache held before. Row-wise, a prompt's logits are a function of the prompt alone, for
-~5% of prefill speed on a 2-core AVX2 CPU (64 vs 67 tokens/s in chunks of 256).
+the cache held before. Row-wise, a prompt's logits are a function of the prompt alone, for a
+small share of prefill speed (``docs/benchmarks.md``, "Prefill").
 """
 
 from __future__ import annotations

@@ -12,62 +12,68 @@ verifier can apply the rejection rule.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
-from .kvcache import CachedModel, timed
+from .backend import TargetBackend
+from .proposers import Proposals, Sampling
+from .slots import common_prefix_len
+from .timing import pass_seconds, timed
 from .tree import Candidate
 from .verify import logits_to_probs, sample
 
+# A catch-up prefill of at most this many tokens (those accepted since the last call) counts as
+# a draft step in the step costs; a longer one is a cold prefill, which the price of a step
+# must not include.
+CATCH_UP_STEP = 16
+
 
 class DraftProposer:
-    """Small-model proposer (``propose`` / ``update``)."""
+    """Small-model proposer (``proposers.Proposer``)."""
 
     name = "draft"
 
-    def __init__(self, model: CachedModel, threshold: float = 0.6, max_len: int = 8) -> None:
+    def __init__(self, model: TargetBackend, threshold: float = 0.6, max_len: int = 8) -> None:
         self.model = model
         self.threshold = threshold
         self.max_len = max_len
-        self.last_step_s: list[float] = []  # seconds per draft forward in the last propose
-        self.last_forwards = 0
 
-    def propose(
-        self,
-        context: list[int],
-        budget: int,
-        temperature: float = 0.0,
-        generator: torch.Generator | None = None,
-        cancel: threading.Event | None = None,
-    ) -> list[Candidate]:
+    def propose(self, context: list[int], budget: int, sampling: Sampling) -> Proposals:
         """Draft up to ``min(budget, max_len)`` tokens that continue ``context``."""
         limit = min(budget, self.max_len)
-        self.last_step_s, self.last_forwards = [], 0
+        out = Proposals()
         if limit <= 0:
-            return []
-        (logits, _, computed), seconds = timed(self.model.prefill, context, cancel)
-        self.last_forwards += 1
-        if computed <= 16:  # a catch-up on recent tokens is a draft step; a cold prefill is not
-            self.last_step_s.append(seconds)
+            return out
+        (logits, _, computed), seconds = timed(self.model.prefill, context)
+        out.forwards += 1
+        if computed <= CATCH_UP_STEP:
+            out.step_s.append(seconds)
+        temperature = sampling.temperature
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         while True:
             probs = logits_to_probs(logits, temperature if temperature > 0 else 1.0)
             if temperature > 0:
-                token = sample(probs, generator)
+                token = sample(probs, sampling.rng)
                 qs.append(probs)
             else:
                 token = int(torch.argmax(probs).item())
             tokens.append(token)
             if len(tokens) >= limit or probs[token].item() < self.threshold:
                 break
-            out, seconds = timed(self.model.forward, [token], all_logits=False)
-            self.last_forwards += 1
-            self.last_step_s.append(seconds)
-            logits = out[-1]
-        q = torch.stack(qs) if qs else None
-        return [Candidate(tokens, self.name, q)]
+            step, seconds = timed(self.model.forward, [token], all_logits=False)
+            out.forwards += 1
+            out.step_s.append(seconds)
+            logits = step[-1]
+        out.candidates.append(Candidate(tokens, self.name, torch.stack(qs) if qs else None))
+        return out
 
-    def update(self, proposed: int, accepted: int) -> None:
+    def lag(self, context: list[int]) -> int:
+        """Context tokens the draft's cache lacks (its next proposal prefills them first)."""
+        return len(context) - common_prefix_len(self.model.ids, context)
+
+    def observe(self, proposed: int, accepted: int) -> None:
         """Nothing to adapt here: the policy decides whether and how far to draft."""
+
+    def step_seconds(self, context: list[int]) -> float:
+        """What one draft step costs after ``context`` (measured at load)."""
+        return pass_seconds(self.model, context, context[:1])

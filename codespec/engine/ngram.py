@@ -10,9 +10,9 @@ span, -1 otherwise. No model runs here, so a proposal costs microseconds.
 Each span also says how the other occurrences of its match vote on its first token
 (``support``): ``"unanimous"`` (two or more matches, all followed by that token), ``"single"``
 (the only match) or ``"split"`` (some matches go on otherwise). With the match length it
-predicts whether the first token is kept. On the greedy completions of 39 bench holes, for
-1-token matches: 78% unanimous, 18% single, 25% split; for 5-6-token matches: 98%, 91%, 50%
-(``benchmarks/ngram_offers.py``).
+predicts whether the first token is kept: a unanimous vote after a one-token match is kept far
+more often than a split one, and long matches are kept most often of all (``policy.py``'s
+priors; ``benchmarks/ngram_offers.py`` measures them).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .proposers import Proposals, Sampling
 from .tree import Candidate
 
 
 class NgramProposer:
-    """Prompt-lookup proposer (``propose`` / ``update``)."""
+    """Prompt-lookup proposer (``proposers.Proposer``): free, no model runs."""
 
     name = "ngram"
 
@@ -42,8 +43,17 @@ class NgramProposer:
         self.max_span = max_span
         self.branches = branches
 
-    def propose(self, context: list[int], budget: int) -> list[Candidate]:
+    def propose(
+        self, context: list[int], budget: int, sampling: Sampling | None = None
+    ) -> Proposals:
         """Up to ``branches`` distinct continuations, best first, each at most ``span`` long."""
+        return Proposals(self.lookup(context, budget))
+
+    def lag(self, context: list[int]) -> int:
+        return 0  # it reads the context as it is
+
+    def lookup(self, context: list[int], budget: int) -> list[Candidate]:
+        """The continuations ``propose`` offers."""
         if budget <= 0 or len(context) < self.min_ngram + 1:
             return []
         limit = min(self.span, budget)
@@ -69,7 +79,7 @@ class NgramProposer:
                 return found
         return found
 
-    def update(self, proposed: int, accepted: int) -> None:
+    def observe(self, proposed: int, accepted: int) -> None:
         """Adapt the span: grow after a fully accepted span, shrink after a rejection."""
         if proposed <= 0:
             return

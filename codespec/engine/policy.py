@@ -1,9 +1,9 @@
 """Adaptive speculation policy: measure costs and acceptance online, verify what pays.
 
 Per target pass we choose how many proposed tokens to verify and whether to run the draft.
-The maths (Leviathan et al.; see ``../shared/anchors/specdec.md``): if each proposed token of
-a chain is accepted with probability ``a`` (given that the ones before it were), verifying the
-first ``k`` tokens of the chain yields, bonus token included, on average::
+The maths (Leviathan et al., "Fast Inference from Transformers via Speculative Decoding"): if
+each proposed token of a chain is accepted with probability ``a`` (given that the ones before it
+were), verifying the first ``k`` tokens of the chain yields, bonus token included, on average::
 
     E(a, k) = 1 + a + a^2 + ... + a^k  =  (1 - a^(k+1)) / (1 - a)
 
@@ -19,22 +19,19 @@ n-gram span has two rates, ``a_1`` for its first token and ``a_then`` for each l
     E(k) = 1 + a_1 + a_1 a_then + ... + a_1 a_then^(k-1)
 
 ``T(w)`` is measured for each width the loop runs (and for 1, 2, 4, 8, ... at load and now and
-then); a width not measured yet is costed on the straight line between its measured neighbours.
-On a GPU ``T`` is nearly flat, so long chains pay; on a 2-core AVX2 CPU every row adds ~15-25%
-of a one-row pass (its own attention over the cache, more rows through each GEMM): a pass of 8
-rows costs ~2.5x a pass of one, so only the first few tokens of a likely chain do. (Widths were
-once costed by bucket, a pass of 3 rows as one of 4, which steered the choice to chains of 1, 3
-and 7 tokens.) ``a`` is measured per proposer and per *context*:
-for n-gram lookup the length of the match that produced the span (a 6-token match predicts
-far better than a 1-token one), how the other matches vote on its first token (``ngram.py``:
-after a 1-token match the first token was kept 78% of the time when every earlier match went
-on with it, 18-25% otherwise) and the request's context (the completion mode: lookup was
-accepted for ~30% of its tokens in rest-of-line completions against 36-49% in blocks on the
-bench's holes), blended with what the current request has seen so far (a completion where
+then); a width not measured yet is costed on the straight line between its measured neighbours,
+because each extra row costs about the same. On a GPU ``T`` is nearly flat, so long chains pay;
+on a CPU every row adds a noticeable share of a one-row pass (its own attention over the cache,
+more rows through each GEMM), so only the first few tokens of a likely chain do
+(``docs/benchmarks.md``, "Pass prices"). ``a`` is measured per proposer and per *context*: for
+n-gram lookup the length of the match that produced the span (a long match predicts far better
+than a one-token one), how the other matches vote on its first token (``ngram.py``) and the
+request's context (the completion mode: lookup is kept less often in rest-of-line completions
+than in blocks), blended with what the current request has seen so far (a completion where
 lookup keeps missing stops paying for it within a few passes). A span's kind starts from the
 rates measured for it offline (``NGRAM_FIRST_PRIOR``), so even a session's first completion
-leaves the poor bets alone. Other branches of the tree ride
-along only where a wider pass costs no more (``FREE_RIDE``): on a GPU, not on a CPU.
+leaves the poor bets alone. Other branches of the tree ride along only where a wider pass costs
+no more (``FREE_RIDE``): on a GPU, not on a CPU.
 
 The draft model runs only when its expected rate, its own steps included, beats not running it;
 while it is off it is re-probed with growing gaps (16, 32, ... 512 passes). Widths the choice
@@ -44,10 +41,20 @@ never uses, and contexts whose acceptance looks too poor to try, are re-measured
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .ngram import SINGLE, SPLIT, UNANIMOUS
+from .acceptance import (
+    NGRAM_FIRST_PRIOR,
+    NGRAM_PRIOR,
+    NGRAM_THEN_PRIOR,
+    Acceptance,
+    SpanAcceptance,
+    blend,
+    evidence_bucket,
+    expectations,
+    expected_tokens,
+    span_rates,
+)
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 WIDTH_PROBE_GAP = 64  # passes before a width the choice never uses is measured again
@@ -56,77 +63,16 @@ ACCEPTANCE_PROBE_GAP = 16  # passes with an unverified offer before one token of
 # A speculative pass must promise this much more than a plain one: pass costs are averages
 # taken at other context lengths and moments, and a gain inside their noise is no gain.
 MARGIN = 1.05
-EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
-NGRAM_PRIOR = 0.35  # n-gram acceptance before any is measured, for a span of unknown support
-# Before any is measured in a context: how often the first token of an n-gram span is kept, by
-# match-length bucket and the matches' vote (``ngram.py``), and each later token given the one
-# before it was. Measured on the greedy completions of the 39 holes of ``docs/bench.json``
-# that the 39-hole tables do not use (``benchmarks/ngram_offers.py``, 605 spans; the tables'
-# own 39 holes agree within ~0.1 but for 2-token unanimous matches, 0.90 there), rounded.
-NGRAM_FIRST_PRIOR = {
-    (1, SINGLE): 0.2,
-    (1, SPLIT): 0.25,
-    (1, UNANIMOUS): 0.8,
-    (2, SINGLE): 0.6,
-    (2, SPLIT): 0.25,
-    (2, UNANIMOUS): 0.7,
-    (3, SINGLE): 0.7,
-    (3, SPLIT): 0.4,
-    (3, UNANIMOUS): 0.8,
-    (5, SINGLE): 0.9,
-    (5, SPLIT): 0.5,
-    (5, UNANIMOUS): 0.95,
-}
-NGRAM_THEN_PRIOR = {1: 0.6, 2: 0.75, 3: 0.8, 5: 0.9, 8: 0.9}
-REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
 # A wider pass within 3% of the chosen width's cost is as good as free, among the widths whose
 # cost is known (measured, or between two measured ones): past the widest measured, costs are
 # guessed flat within a bucket so that chains get tried there and measured, and riders filling
-# that guess made a 25-row pass on a 2-core CPU (537 ms) of a 17-row chain (318 ms).
+# that guess would turn a chain into a much wider pass than it paid for.
 FREE_RIDE = 1.03
-
-
-def expectations(rates: list[float]) -> Iterator[float]:
-    """E(1), E(2), ...: expected tokens per pass verifying the first k tokens of a chain whose
-    i-th token is kept with probability ``rates[i]`` given the ones before it were, bonus token
-    included: E(k) = 1 + sum over i <= k of P(the first i kept)."""
-    expected, kept = 1.0, 1.0
-    for rate in rates:
-        kept *= min(max(rate, 0.0), 1.0)
-        expected += kept
-        yield expected
-
-
-def expected_tokens(rates: list[float]) -> float:
-    """E of verifying the whole chain (1.0 for none: E only grows with k)."""
-    return max(expectations(rates), default=1.0)
-
-
-def kept_moments(rates: list[float]) -> tuple[float, float]:
-    """Mean and variance of how many tokens of a verified chain are kept (bonus not counted),
-    its i-th token kept with probability ``rates[i]`` given the ones before it were. With
-    ``s_i = P(K >= i) = a_1 ... a_i``: ``E[K] = sum s_i`` and ``E[K^2] = sum (2i - 1) s_i``."""
-    mean = square = 0.0
-    kept = 1.0
-    for i, rate in enumerate(rates, start=1):
-        kept *= min(max(rate, 0.0), 1.0)
-        mean += kept
-        square += (2 * i - 1) * kept
-    return mean, square - mean * mean
-
-
-def span_rates(first: float, then: float, n: int) -> list[float]:
-    """Per-token rates of an ``n``-token n-gram span: ``first``, then ``then`` for the rest."""
-    return [first] + [then] * (n - 1) if n > 0 else []
 
 
 def bucket(width: int) -> int:
     """The measured width bucket a pass of ``width`` tokens falls in."""
     return next((b for b in WIDTH_BUCKETS if width <= b), WIDTH_BUCKETS[-1])
-
-
-def evidence_bucket(evidence: int) -> int:
-    return max((b for b in EVIDENCE_BUCKETS if evidence >= b), default=EVIDENCE_BUCKETS[0])
 
 
 class Ema:
@@ -138,55 +84,6 @@ class Ema:
 
     def add(self, x: float) -> None:
         self.value = x if self.value is None else (1 - self.alpha) * self.value + self.alpha * x
-
-
-class Acceptance:
-    """Per-token acceptance rate a = accepted / (accepted + rejections), decayed.
-
-    A chain of ``proposed`` tokens of which the first ``accepted`` were kept is ``accepted``
-    successes and (if it broke off) one failure: the maximum-likelihood ``a`` of E(a, k)."""
-
-    def __init__(self, prior: float, weight: float = 4.0, decay: float = 0.97) -> None:
-        self.accepted = prior * weight
-        self.rejected = (1 - prior) * weight
-        self.decay = decay
-
-    def add(self, proposed: int, accepted: int) -> None:
-        if proposed <= 0:
-            return
-        self.accepted = self.accepted * self.decay + accepted
-        self.rejected = self.rejected * self.decay + (1 if accepted < proposed else 0)
-
-    @property
-    def rate(self) -> float:
-        return self.accepted / max(self.accepted + self.rejected, 1e-9)
-
-
-class SpanAcceptance:
-    """Acceptance of the n-gram spans of one kind: of the first token, and of each later token
-    given that the one before it was kept."""
-
-    def __init__(self, first: float, then: float, weight: float = 4.0, decay: float = 0.97):
-        self.first = Acceptance(first, weight, decay)
-        self.then = Acceptance(then, weight, decay)
-
-    @classmethod
-    def tally(cls) -> SpanAcceptance:
-        """Plain counts of kept and missed tokens: no prior, no decay (one request's record)."""
-        return cls(0.0, 0.0, weight=0.0, decay=1.0)
-
-    def add(self, proposed: int, accepted: int) -> None:
-        if proposed <= 0:
-            return
-        self.first.add(1, min(accepted, 1))
-        if accepted >= 1:
-            self.then.add(proposed - 1, accepted - 1)
-
-
-def blend(record: Acceptance, long_run: float) -> float:
-    """The long-run rate updated by a request's own counts (``SpanAcceptance.tally``)."""
-    kept, missed = record.accepted, record.rejected
-    return (kept + REQUEST_WEIGHT * long_run) / (kept + missed + REQUEST_WEIGHT)
 
 
 @dataclass
@@ -277,6 +174,11 @@ class SpeculationPolicy:
             blend(self.request_ngram.first, kind.first.rate),
             blend(self.request_ngram.then, kind.then.rate),
         )
+
+    def turn_draft_off(self) -> None:
+        """The draft model is gone (released): never plan it again."""
+        self.draft_enabled = self.draft_on = False
+        self.draft_mode = "off"
 
     # -- decisions ------------------------------------------------------------------------------
 

@@ -111,8 +111,8 @@ async def inline_completion(
     except asyncio.CancelledError:
         # $/cancelRequest: a decoding pass stops between two layers; a prefill chunk finishes
         # (the next request at this place, usually close behind, reuses it) unless it is a
-        # keystroke's few tokens, cheaper to redo (``CachedModel.prefill``)
-        job.cancel.set()
+        # keystroke's few tokens, cheaper to redo (``engine/stop.py``)
+        job.signal.cancel(keep_chunk=True)
         raise
     except ModelUnavailable as exc:
         raise JsonRpcInternalError(str(exc)) from None

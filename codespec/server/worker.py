@@ -20,9 +20,9 @@ Scheduling rules:
   ``codespec/stats``): a queue append, never a wait on the disk;
 * when no request waits, the worker *warms*: it prefills the prompt of the place a request is
   likely to come from next (where edits settled or the cursor rests), newest first, one per
-  document, in prefill chunks of ``engine.loop.PREFILL_CHUNK_S`` (larger chunks prefill
-  faster: here 39 tokens/s in 0.25 s chunks, 50 in 1 s, 56 in 2 s). A
-  request arriving meanwhile stops the warm-up: at the end of its chunk when the request is at
+  document, in prefill chunks of ``engine.calibration.PREFILL_CHUNK_S`` (larger chunks prefill
+  faster: ``docs/benchmarks.md``, "Prefill"). A request arriving meanwhile stops the warm-up
+  (``engine/stop.py``): at the end of its chunk when the request is at
   the warmed place (that chunk is the request's own prefill, so finishing it costs the request
   nothing), and between two decoder layers of the chunk otherwise (the chunk is dropped; the
   request waits at most one layer's share of it).
@@ -39,6 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
+from ..engine import StopSignal
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
 from ..stats.record import Timing, new_id, request_row
@@ -46,7 +47,7 @@ from ..stops import Cursor, Mode
 
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
 QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it is dropped
-# Quiet seconds after a request before the heap is trimmed: a trim takes ~20 ms, and a trim
+# Quiet seconds after a request before the heap is trimmed: a trim takes a while, and a trim
 # after every request made the next keystroke's request wait for it.
 TRIM_AFTER_IDLE_S = 1.0
 log = logging.getLogger("codespec.worker")
@@ -56,18 +57,19 @@ class ModelUnavailable(Exception):
     """The model could not be loaded; the message is meant for the user."""
 
 
-class CancelEvent(threading.Event):
-    """A cancel flag that remembers how many target passes had run when it was set."""
+class JobStop(StopSignal):
+    """A job's stop signal that remembers how many target passes had run when it was cancelled
+    (``codespec/stats`` reports how soon a cancel took effect)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.passes_at_cancel: int | None = None
         self.probe: Callable[[], int] = lambda: 0  # reads the engine's target pass counter
 
-    def set(self) -> None:
-        if not self.is_set():
+    def cancel(self, keep_chunk: bool = False) -> None:
+        if not self.cancelled:
             self.passes_at_cancel = self.probe()
-        super().set()
+        super().cancel(keep_chunk)
 
 
 @dataclass
@@ -84,10 +86,8 @@ class Place:
     current_version: Callable[[], int | None] = lambda: None
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
     language: str = ""  # the document's languageId, for the stats
-    # ``cancel`` stops the work at the end of a prefill chunk (or before the next decoding
-    # pass); ``interrupt`` stops a prefill chunk between two layers (see ``stop``)
-    cancel: threading.Event = field(default_factory=threading.Event)
-    interrupt: threading.Event = field(default_factory=threading.Event)
+    # when the work gives the engine up (``engine/stop.py``; set through ``stop``)
+    signal: StopSignal = field(default_factory=StopSignal)
     # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's
     # lock, where counting a large document's newlines would hold up every other caller
     line: int = field(init=False, default=0)
@@ -99,9 +99,8 @@ class Place:
         """Stop for ``wanted_by`` (a newer request or warm-up; None: nobody needs the work):
         let a running prefill chunk finish only when that one is at the same place, whose
         prompt the chunk is computing."""
-        self.cancel.set()
-        if wanted_by is None or not self.at_same_place(wanted_by):
-            self.interrupt.set()
+        same_place = wanted_by is not None and self.at_same_place(wanted_by)
+        self.signal.cancel(keep_chunk=same_place)
 
     def at_same_place(self, other: Place) -> bool:
         """Same session and document, same cursor line (typing there extends the prompt: see
@@ -115,7 +114,7 @@ class Job(Place):
     """A completion request: someone waits for its future."""
 
     on_text: Callable[[str], None] | None = None
-    cancel: CancelEvent = field(default_factory=CancelEvent)
+    signal: JobStop = field(default_factory=JobStop)
     future: Future = field(default_factory=Future)
     id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
     superseded: bool = False  # cancelled because a newer request for the document came
@@ -232,7 +231,7 @@ class Worker:
             for key in [k for k in self.warm_jobs if k[0] == session]:
                 self.warm_jobs.pop(key).stop()
             for job in self.queues.pop(session, ()):
-                job.cancel.set()
+                job.signal.cancel(keep_chunk=True)  # queued: it never starts
             if self.running is not None and self.running.session == session:
                 self.running.stop()
             self.latest = {k: v for k, v in self.latest.items() if k[0] != session}
@@ -248,7 +247,7 @@ class Worker:
 
     def _answer_empty(self, job: Job, outcome: str) -> None:
         """Answer a request that will not run (under ``cond``)."""
-        job.cancel.set()
+        job.signal.cancel(keep_chunk=True)
         if self.latest.get((job.session, job.uri)) is job:
             del self.latest[(job.session, job.uri)]
         if job.future.set_running_or_notify_cancel():
@@ -320,7 +319,7 @@ class Worker:
 
     def _trim_unlocked(self) -> None:
         """Give back the heap pages that requests' temporaries left free (``memory.py``), with
-        the lock released: a request arriving meanwhile waits for the trim (~20 ms) only."""
+        the lock released: a request arriving meanwhile waits for the trim only."""
         self.cond.release()
         try:
             return_freed_memory()
@@ -352,7 +351,7 @@ class Worker:
         if not job.future.set_running_or_notify_cancel():
             self._record(job, "cancelled")
             return
-        if job.cancel.is_set():
+        if job.signal.cancelled:
             self.stats.cancelled += 1
             job.future.set_result(None)
             self._record(job, "cancelled")
@@ -366,17 +365,16 @@ class Worker:
         try:
             pair = self._pair()
             forwards = pair.engine.target  # counts target forward passes, for cancel checks
-            job.cancel.probe = lambda: forwards.forward_calls
+            job.signal.probe = lambda: forwards.forward_calls
             result: CompletionResult = complete(
                 pair,
                 job.cursor,
                 job.options,
                 path=job.path,
                 extra_files=job.extra_files,
-                cancel=job.cancel,
+                stop=job.signal,
                 on_text=self._on_text(job),
                 anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
-                interrupt=job.interrupt.is_set,
             )
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor
@@ -394,10 +392,10 @@ class Worker:
                 "prefill_tokens": stats.prefill_tokens,
                 "cached_tokens": stats.cached_tokens,
             }
-        if job.cancel.is_set():
+        if job.signal.cancelled:
             self.stats.cancelled += 1
             self.stats.last_cancel = {
-                "passes_at_cancel": job.cancel.passes_at_cancel,
+                "passes_at_cancel": job.signal.passes_at_cancel,
                 "passes_final": forwards.forward_calls,
             }
             job.future.set_result(None)
@@ -432,7 +430,7 @@ class Worker:
 
     def _warm(self, job: WarmJob) -> None:
         current = job.current_version()
-        if job.cancel.is_set() or (current is not None and current > job.version):
+        if job.signal.cancelled or (current is not None and current > job.version):
             return
         pair = self._pair()
         # the prompt a request here would use: typing at an anchored cursor extends its prompt
@@ -440,21 +438,21 @@ class Worker:
         prompt, anchor = prompt_at(
             pair, job.cursor, job.options, job.path, job.extra_files, anchor=anchored
         )
-        computed = pair.engine.warm(prompt, job.cancel, interrupt=job.interrupt.is_set)
+        computed = pair.engine.warm(prompt, job.signal)
         if job.anchors is not None:
             job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
         self.stats.warmed += 1
         self.stats.warm_tokens += computed
-        self.stats.warm_preempted += job.cancel.is_set()
+        self.stats.warm_preempted += job.signal.cancelled
         keys = job.options.look_ahead_keys
-        if keys and not job.cancel.is_set():
+        if keys and not job.signal.cancelled:
             tokenizer, cursor = pair.tokenizer, job.cursor
 
             def next_prompts(logits) -> list[list[int]]:
                 chars = likely_next_chars(tokenizer, logits, keys, skip=job.shown_next)
                 return next_key_prompts(tokenizer, anchor, cursor.prefix, cursor.suffix, chars)
 
-            rows = pair.engine.look_ahead(prompt, next_prompts, job.cancel, job.interrupt.is_set)
+            rows = pair.engine.look_ahead(prompt, next_prompts, job.signal)
             self.stats.looked_ahead += rows > 0
             self.stats.ahead_rows += rows
 
@@ -462,7 +460,7 @@ class Worker:
         def on_text(text: str) -> None:
             if job.timing.first_text is None:
                 job.timing.first_text = time.perf_counter()
-            if job.on_text is not None and not job.cancel.is_set():
+            if job.on_text is not None and not job.signal.cancelled:
                 job.on_text(text)
             if self.pass_delay_s:
                 time.sleep(self.pass_delay_s)

@@ -4,13 +4,11 @@ Tiny random Qwen2 models (built in conftest) stand in for the real pair; the nai
 recomputes the whole sequence every step without any cache.
 """
 
-import threading
-
 import pytest
 import torch
-from helpers import TrueAfter, naive_greedy, tiny_qwen2
+from helpers import CancelAfter, PreemptAfter, naive_greedy, tiny_qwen2
 
-from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
+from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer, StopSignal
 from codespec.engine.policy import SpeculationPolicy
 
 PROMPTS = [
@@ -143,15 +141,13 @@ def test_streaming_yields_every_token_once(target_model):
 
 def test_cancel_stops_before_the_next_target_pass(target_model):
     engine = make_engine(target_model)
-    cancel = threading.Event()
-    generation = engine.generate(
-        PROMPTS[2], GenerationParams(max_tokens=48, speculate=False), cancel
-    )
+    stop = StopSignal()
+    generation = engine.generate(PROMPTS[2], GenerationParams(max_tokens=48, speculate=False), stop)
     chunks = iter(generation)
     next(chunks)  # first token (from prefill)
     next(chunks)  # one decode pass
     passes = generation.stats.target_passes
-    cancel.set()
+    stop.cancel()
     assert list(chunks) == []
     assert generation.stats.stop_reason == "cancelled"
     assert generation.stats.target_passes == passes
@@ -180,7 +176,7 @@ def test_sampling_keeps_the_target_distribution():
     for seed in range(trials):
         # The first token comes from the prefill, the second from a speculative pass (the
         # draft proposes it; the stop rule keeps two tokens once it sees a third, so the
-        # proposal is worth verifying: see ``_Output.horizon``).
+        # proposal is worth verifying: see ``Output.horizon``).
         params = GenerationParams(max_tokens=8, temperature=1.0, seed=seed)
         g = engine.generate(prompt, params, stop_rule=lambda ts: 2 if len(ts) >= 3 else None)
         t1, t2 = g.run()
@@ -199,24 +195,10 @@ def test_sampling_keeps_the_target_distribution():
     assert drafted >= trials // 3 and 0 < accepted < drafted
 
 
-class CancelAfter(threading.Event):
-    """A cancel flag that sets itself once it has been checked ``checks`` times."""
-
-    def __init__(self, checks: int) -> None:
-        super().__init__()
-        self.left = checks
-
-    def is_set(self) -> bool:
-        self.left -= 1
-        if self.left < 0:
-            self.set()
-        return super().is_set()
-
-
 def test_warm_prefills_ahead_and_the_request_reuses_it(target_model):
     engine = make_engine(target_model)
     prompt = PROMPTS[0] * 3
-    computed = engine.warm(prompt, threading.Event())
+    computed = engine.warm(prompt, StopSignal())
     assert computed == len(prompt) - 1 and engine.target.ids == prompt[:-1]
     generation = engine.generate(prompt, GenerationParams(max_tokens=20))
     assert generation.run() == naive_greedy(target_model, prompt, 20)
@@ -230,7 +212,7 @@ def test_warm_of_a_cached_prompt_runs_no_pass(target_model):
     prompt = PROMPTS[0] * 2
     engine.generate(prompt, GenerationParams(max_tokens=5)).run()  # caches prompt + output
     calls = engine.target.forward_calls
-    assert engine.warm(prompt + [3], threading.Event()) == 0
+    assert engine.warm(prompt + [3], StopSignal()) == 0
     assert engine.target.forward_calls == calls
     assert engine.target.ids[: len(prompt)] == prompt
 
@@ -250,8 +232,8 @@ def test_warm_interrupted_inside_a_chunk_drops_that_chunk_only(target_model):
     engine = make_engine(target_model)
     engine.prefill_rate = 32.0  # a 0.25 s chunk holds 8 tokens
     prompt = PROMPTS[2] * 4  # 44 tokens
-    interrupt = TrueAfter(3)  # both layers of the first chunk, one of the second
-    computed = engine.warm(prompt, threading.Event(), chunk_s=0.25, interrupt=interrupt)
+    stop = PreemptAfter(3)  # both layers of the first chunk, one of the second
+    computed = engine.warm(prompt, stop, chunk_s=0.25)
     assert computed == 8 and engine.target.ids == prompt[:8]
     generation = engine.generate(prompt, GenerationParams(max_tokens=10))
     assert generation.run() == naive_greedy(target_model, prompt, 10)
@@ -265,8 +247,8 @@ def test_a_cancel_stops_a_decoding_pass_between_layers(target_model):
     prompt = PROMPTS[1] * 3
     # asked 4 times by the prefill (chunks of 8), then per pass once before it and once per
     # layer (2): set at the 2nd layer of the 2nd pass
-    cancel = CancelAfter(checks=4 + 3 + 2)
-    generation = engine.generate(prompt, GenerationParams(max_tokens=30), cancel=cancel)
+    stop = CancelAfter(checks=4 + 3 + 2)
+    generation = engine.generate(prompt, GenerationParams(max_tokens=30), stop=stop)
     tokens = generation.run()
     assert generation.stats.stop_reason == "cancelled"
     assert generation.stats.target_passes == 1  # the second pass stopped inside

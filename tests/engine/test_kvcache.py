@@ -1,14 +1,12 @@
 """KV reuse across requests gives the logits of a cold run and computes only the new tail."""
 
-import threading
-
 import pytest
 import torch
-from helpers import TrueAfter
+from helpers import CancelAfter, PreemptAfter
 
-from codespec.engine import CachedModel, Cancelled
+from codespec.engine import CachedModel, Cancelled, StopSignal
 from codespec.engine.attention import use_rowwise_attention
-from codespec.engine.kvcache import common_prefix_len
+from codespec.engine.slots import common_prefix_len
 
 
 def test_common_prefix_len():
@@ -40,30 +38,18 @@ def test_reuse_matches_cold(target_model, first, second):
 
 def test_prefill_cancels_between_chunks(target_model):
     cached = CachedModel(target_model, prefill_chunk=2)
-    cancel = threading.Event()
-    cancel.set()
+    stop = StopSignal()
+    stop.cancel(keep_chunk=True)
     with pytest.raises(Cancelled):
-        cached.prefill(list(range(1, 20)), cancel)
-
-
-class SetAfter(threading.Event):
-    """A cancel flag that is set while a pass runs: its first ``calls`` checks answer False."""
-
-    def __init__(self, calls: int) -> None:
-        super().__init__()
-        self.calls, self.asked = calls, 0
-
-    def is_set(self) -> bool:
-        self.asked += 1
-        return self.asked > self.calls
+        cached.prefill(list(range(1, 20)), stop)
 
 
 def test_a_cancelled_keystroke_sized_chunk_stops_between_layers(target_model):
-    from codespec.engine.kvcache import REDO_ROWS
+    from codespec.engine.stop import REDO_ROWS
 
     cached = CachedModel(target_model, prefill_chunk=16)
     cached.prefill([1, 2, 3, 4, 5])
-    cancel = SetAfter(2)  # before the chunk, before layer 0: not yet; before layer 1: set
+    cancel = CancelAfter(2)  # before the chunk, before layer 0: not yet; before layer 1: set
     with pytest.raises(Cancelled):
         cached.prefill([1, 2, 3, 4, 5] + [6] * REDO_ROWS, cancel)
     assert cancel.asked == 3
@@ -73,11 +59,11 @@ def test_a_cancelled_keystroke_sized_chunk_stops_between_layers(target_model):
 
 
 def test_a_cancelled_larger_chunk_finishes_and_stays_cached(target_model):
-    from codespec.engine.kvcache import REDO_ROWS
+    from codespec.engine.stop import REDO_ROWS
 
     cached = CachedModel(target_model, prefill_chunk=REDO_ROWS + 1)
     prompt = list(range(1, 3 * (REDO_ROWS + 1) + 1))
-    cancel = SetAfter(1)  # set while the first chunk runs: it finishes, the next never starts
+    cancel = CancelAfter(1)  # set while the first chunk runs: it finishes, the next never starts
     with pytest.raises(Cancelled):
         cached.prefill(prompt, cancel)
     assert cancel.asked == 2
@@ -91,10 +77,10 @@ def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_mod
     cached.lean_decoder = lean
     assert cached._lean() == lean and len(cached.decoder_layers) == 2
     cached.prefill([1, 2, 3, 4, 5])
-    interrupt = TrueAfter(1)  # layer 0 runs, layer 1 does not
+    stop = PreemptAfter(1)  # layer 0 runs, layer 1 does not
     with pytest.raises(Cancelled):
-        cached.forward([6, 7, 8], interrupt=interrupt)
-    assert interrupt.asked == 2
+        cached.forward([6, 7, 8], stop=stop)
+    assert stop.asked == 2
     assert cached.ids == [1, 2, 3, 4, 5]
     assert [layer.keys.shape[-2] for layer in cached._layers()] == [5, 5]
     assert not any(layer._forward_pre_hooks for layer in cached.decoder_layers)  # unhooked
@@ -104,24 +90,24 @@ def test_a_pass_interrupted_between_layers_leaves_the_cache_as_it_was(target_mod
 
 
 def test_an_interrupted_prefill_of_a_new_place_keeps_the_parked_ones(target_model):
-    from codespec.engine.kvcache import PARK_MIN_TOKENS
+    from codespec.engine.slots import PARK_MIN_TOKENS
 
     cached = CachedModel(target_model, prefill_chunk=16)
     place_a = [1 + i % 60 for i in range(PARK_MIN_TOKENS + 20)]
     place_b = [70 + i % 20 for i in range(40)]
     cached.prefill(place_a)
     with pytest.raises(Cancelled):  # nothing shared: place a is parked, b starts from nothing
-        cached.prefill(place_b, interrupt=TrueAfter(3))  # stops inside b's second chunk
+        cached.prefill(place_b, PreemptAfter(3))  # stops inside b's second chunk
     assert cached.ids == place_b[:16]
     with pytest.raises(Cancelled):
-        cached.prefill([90] + place_b, interrupt=TrueAfter(1))  # stops inside the first pass
+        cached.prefill([90] + place_b, PreemptAfter(1))  # stops inside the first pass
     assert cached.ids == []
     _, reused, computed = cached.prefill(place_a)
     assert (reused, computed) == (len(place_a) - 1, 1)  # the parked place survived both
 
 
 def test_a_jump_parks_the_old_place_and_a_return_reuses_it(target_model):
-    from codespec.engine.kvcache import PARK_MIN_TOKENS
+    from codespec.engine.slots import PARK_MIN_TOKENS
 
     cached = CachedModel(target_model, prefill_chunk=64, slots=3)
     shared = list(range(1, 41))
@@ -138,18 +124,19 @@ def test_a_jump_parks_the_old_place_and_a_return_reuses_it(target_model):
 
 
 def test_the_least_recently_used_place_is_dropped(target_model):
-    from codespec.engine.kvcache import PARK_MIN_TOKENS
+    from codespec.engine.slots import PARK_MIN_TOKENS
 
     cached = CachedModel(target_model, slots=2)
     places = [[p] + [p + 1 + i % 20 for i in range(PARK_MIN_TOKENS + 5)] for p in (1, 30, 60)]
     for ids in places:
         cached.prefill(ids)
-    assert len(cached.parked) == 1 and cached.parked[0][0] == places[1]
+    assert len(cached.pool.parked) == 1 and cached.pool.parked[0].ids == places[1]
     assert cached.prefill(places[0])[1] == 0  # gone: computed again from scratch
 
 
 def test_parked_places_are_dropped_beyond_the_byte_budget(target_model):
-    from codespec.engine.kvcache import PARK_MIN_TOKENS, cache_bytes
+    from codespec.engine.buffers import cache_bytes
+    from codespec.engine.slots import PARK_MIN_TOKENS
 
     places = [[p] + [p + 1 + i % 20 for i in range(PARK_MIN_TOKENS + 5)] for p in (1, 30, 60)]
     probe = CachedModel(target_model)
@@ -160,7 +147,7 @@ def test_parked_places_are_dropped_beyond_the_byte_budget(target_model):
     cached = CachedModel(target_model, slots=4, parked_budget_bytes=int(1.5 * one_place))
     for ids in places:
         cached.prefill(ids)
-    assert [ids for ids, _ in cached.parked] == [places[1]]
+    assert [slot.ids for slot in cached.pool.parked] == [places[1]]
     assert cached.prefill(places[1])[1] == len(places[1]) - 1  # the recent one was kept
     assert cached.prefill(places[0])[1] == 0  # the oldest went: computed from scratch
 
@@ -170,7 +157,7 @@ def test_typing_stays_in_the_same_slot(target_model):
     cached.prefill(list(range(1, 60)))
     cached.forward([61, 62, 63])  # a completion's tokens after the prompt
     cached.prefill(list(range(1, 60)) + [70])  # the user typed something else
-    assert cached.parked == []
+    assert cached.pool.parked == []
 
 
 def test_appending_writes_into_the_buffer_without_copying_the_cache(target_model):
@@ -191,7 +178,7 @@ def test_appending_writes_into_the_buffer_without_copying_the_cache(target_model
 
 def test_places_sharing_a_prefix_never_write_into_each_other(target_model):
     """A forked place copies what it shares: writing to one place leaves the others intact."""
-    from codespec.engine.kvcache import PARK_MIN_TOKENS
+    from codespec.engine.slots import PARK_MIN_TOKENS
 
     cached = CachedModel(target_model, prefill_chunk=64, slots=3)
     shared = list(range(1, 41))

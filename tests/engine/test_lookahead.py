@@ -2,13 +2,11 @@
 from its logits without a pass, and every completion is the same, token for token, whether or
 not it was looked ahead (hit, miss, or a look-ahead stopped half way)."""
 
-import threading
-
 import pytest
 import torch
-from helpers import TrueAfter, as_w8a8, tiny_qwen2
+from helpers import PreemptAfter, as_w8a8, tiny_qwen2
 
-from codespec.engine import CachedModel, Cancelled, Engine, GenerationParams
+from codespec.engine import CachedModel, Cancelled, Engine, GenerationParams, StopSignal
 from codespec.engine.attention import use_rowwise_attention
 from codespec.engine.policy import SpeculationPolicy
 
@@ -86,7 +84,7 @@ def test_a_look_ahead_grows_in_passes_of_its_own(w8a8_model, ids):
     known = {tuple(PROMPT): logits}
     assert cached.look_ahead(NEXT[:2], known) == 2  # 40, 41 (PROMPT's last token is cached)
     with pytest.raises(Cancelled):  # a third pass, interrupted: the first two stay
-        cached.look_ahead([PROMPT + [50, 51]], known, interrupt=TrueAfter(1))
+        cached.look_ahead([PROMPT + [50, 51]], known, stop=PreemptAfter(1))
     assert cached.look_ahead(NEXT[2:], known) == 3  # 42, 43, 44
     assert all(cached.looked_ahead(i) for i in NEXT) and not cached.looked_ahead(PROMPT + [50])
     logits, reused, computed = cached.prefill(ids)
@@ -145,7 +143,7 @@ def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model, known):
     cached = CachedModel(w8a8_model, prefill_chunk=8)
     logits, _, _ = cached.prefill(PROMPT)
     with pytest.raises(Cancelled):
-        cached.look_ahead(NEXT, {tuple(PROMPT): logits} if known else {}, TrueAfter(1))
+        cached.look_ahead(NEXT, {tuple(PROMPT): logits} if known else {}, PreemptAfter(1))
     # what stays: the prompt the caller knows (still cached), else just the root
     assert cached.looked_ahead(PROMPT) == known
     if not known:
@@ -179,23 +177,23 @@ def test_completions_are_the_same_with_and_without_look_ahead(w8a8_model, specul
     for ids, tokens in expected.items():
         engine = engine_for(w8a8_model)
         assert engine.generate(PROMPT, params).run() == first
-        rows = engine.look_ahead(PROMPT, next_of, threading.Event())
+        rows = engine.look_ahead(PROMPT, next_of, StopSignal())
         # the prompt itself came from the request: the 5 branches, and after each the target's
         # choice there (unless that ends the text)
         assert 5 < rows <= 10
-        assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0  # done already
+        assert engine.look_ahead(PROMPT, next_of, StopSignal()) == 0  # done already
         generation = engine.generate(list(ids), params)
         assert generation.run() == tokens
         assert generation.stats.ahead == (list(ids) in candidates)
 
 
 def test_a_look_ahead_stopped_in_its_second_pass_keeps_the_first(w8a8_model):
-    from codespec.engine.loop import AHEAD_FIRST
+    from codespec.engine.warmup import AHEAD_FIRST
 
     engine = engine_for(w8a8_model)
     engine.generate(PROMPT, GenerationParams(max_tokens=4)).run()
     layers = w8a8_model.config.num_hidden_layers
-    rows = engine.look_ahead(PROMPT, next_of, threading.Event(), interrupt=TrueAfter(layers + 1))
+    rows = engine.look_ahead(PROMPT, next_of, PreemptAfter(layers + 1))
     assert rows == AHEAD_FIRST
     candidates = next_of(engine.prompt_logits[1])
     assert [engine.target.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
@@ -221,7 +219,7 @@ def test_the_second_token_of_a_prompt_computed_ahead_needs_no_pass_either(w8a8_m
 
         engine = engine_for(w8a8_model)
         engine.generate(PROMPT, params).run()
-        engine.look_ahead(PROMPT, next_of, threading.Event())
+        engine.look_ahead(PROMPT, next_of, StopSignal())
         calls = engine.target.forward_calls
         generation = engine.generate(ids, params)
         assert generation.run() == expected.tokens and generation.stats.ahead
@@ -233,7 +231,7 @@ def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_mode
     engine = Engine(CachedModel(target_model, prefill_chunk=8))
     assert engine.pad_single_row  # until calibrate() proves otherwise
     engine.generate(PROMPT, GenerationParams(max_tokens=3)).run()
-    assert engine.look_ahead(PROMPT, next_of, threading.Event()) == 0
+    assert engine.look_ahead(PROMPT, next_of, StopSignal()) == 0
     assert engine.target.ahead is None
 
 
@@ -245,8 +243,7 @@ def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(w8a8_m
     expected = reference.generate(ids, params).run()
     engine = engine_for(w8a8_model)
     engine.generate(PROMPT, params).run()
-    cancel = threading.Event()
-    assert engine.look_ahead(PROMPT, next_of, cancel, interrupt=TrueAfter(1)) == 0
+    assert engine.look_ahead(PROMPT, next_of, PreemptAfter(1)) == 0
     assert not any(engine.target.looked_ahead(c) for c in next_of(engine.prompt_logits[1]))
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead

@@ -3,16 +3,9 @@ measured pass costs and acceptance per context; re-measure what it stops using."
 
 import pytest
 
+from codespec.engine.acceptance import NGRAM_PRIOR, expected_tokens, kept_moments, span_rates
 from codespec.engine.ngram import SINGLE, SPLIT, UNANIMOUS
-from codespec.engine.policy import (
-    ACCEPTANCE_PROBE_GAP,
-    NGRAM_PRIOR,
-    WIDTH_PROBE_GAP,
-    SpeculationPolicy,
-    expected_tokens,
-    kept_moments,
-    span_rates,
-)
+from codespec.engine.policy import ACCEPTANCE_PROBE_GAP, WIDTH_PROBE_GAP, SpeculationPolicy
 
 # Pass costs by width as measured on a 2-core AVX2 CPU with int4 weights (ms): wide is dear.
 CPU_COSTS = ((1, 0.170), (2, 0.198), (4, 0.243), (8, 0.479), (16, 0.83))

@@ -1,0 +1,192 @@
+"""Look-ahead trees: the prompts of the next keystrokes computed ahead in one tree pass.
+
+While nobody waits, the engine computes the rows of several prompts a request may come with next
+(the current one typed a character further, or that and the token the target chooses next) as
+one token tree over the prompt they share. A prefill of one of them then returns its logits
+without a pass. Each branch's rows see the root and their own ancestors at their own positions,
+so a row's numbers are those a prefill of that prompt computes (where one-row passes are exact,
+which ``calibration.py`` checks).
+
+While a look-ahead stands, the cache holds ``root`` positions of a plain sequence and then the
+tree's nodes, which are no sequence: ``end_look_ahead`` turns it back into one (the branch a
+prompt takes, or the longest one it can use). The cached model's other operations (``crop``,
+``keep``, ``forward``) end a standing look-ahead first, by that name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .slots import common_prefix_len
+from .stop import Cancelled, StopSignal
+from .tree import Candidate, TokenTree
+
+
+@dataclass
+class LookAhead:
+    """Prompts computed ahead, in one tree pass, past the ``root`` cached positions they share."""
+
+    root: int
+    tree: TokenTree  # the ids past ``root``; node i is cached at position ``root + i``
+    logits: dict[tuple[int, ...], torch.Tensor]  # a prompt's ids past ``root`` -> its logits
+
+
+class LookAheads:
+    """The look-ahead half of ``CachedModel`` (``kvcache.py``): it uses the model's ``ids``,
+    ``crop``, ``keep`` and ``_pass``, and owns ``ahead``."""
+
+    ids: list[int]
+    ahead: LookAhead | None = None
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int:
+        """Compute the rows of ``prompts`` in one tree pass and keep them, with their last
+        logits, for a ``prefill`` of one of them; return the rows computed.
+
+        The tree's root is the longest prefix that every prompt and the cached ids share; past
+        it the cache keeps only a ``known`` prompt it holds (whose logits the caller has: its
+        rows become the tree's first nodes), and the prompts' remaining ids become the tree's
+        other branches (a prompt ending at the root is kept only when ``known`` holds its
+        logits). Each branch's rows see the root and their own ancestors, at their own
+        positions, so a row's logits are those a prefill of that prompt computes (row-wise
+        attention; kernels that compute each row alone: the caller checks that one-row passes
+        are exact). Called again while a look-ahead stands,
+        it adds the new prompts to that tree in a pass of their own, as long as they share its
+        root (so the likeliest can be ready sooner). ``stop``: see ``forward``; the rows of
+        a pass it stops are dropped, those of earlier passes stay.
+        """
+        known = dict(known or {})
+        wanted = [*prompts, *map(list, known)]
+        ahead, self.ahead = self.ahead, None
+        if ahead is None or any(ids[: ahead.root] != self.ids[: ahead.root] for ids in wanted):
+            self.ahead = ahead
+            self.end_look_ahead()
+            ahead = self._new_look_ahead(wanted, known)
+        root, tree, before = ahead.root, ahead.tree, len(ahead.tree)
+        for ids in prompts:
+            if len(ids) > root:
+                tree.add(Candidate(ids[root:], "ahead"), max_nodes=len(tree) + len(ids))
+        try:
+            if len(tree) > before:
+                logits = self._pass(
+                    tree.tokens[before:],
+                    _tree_rows_mask(tree, root, before),
+                    [root + tree.depths[i] - 1 for i in range(before, len(tree))],
+                    all_logits=True,
+                    stop=stop,
+                )
+                for ids in prompts:
+                    node = _spelled(tree, ids[root:])
+                    if len(ids) > root and node[-1] >= before:
+                        ahead.logits[tuple(ids[root:])] = logits[node[-1] - before]
+        except Cancelled:
+            ahead.tree = tree = tree.subset(list(range(before)))[0]
+            raise
+        finally:
+            for ids, row in known.items():  # those the tree spells, or that end at the root
+                if len(_spelled(tree, ids[root:])) == len(ids) - root:
+                    ahead.logits.setdefault(tuple(ids[root:]), row)
+            self.ahead = ahead if ahead.logits else None
+            if self.ahead is None:
+                self.crop(root)  # nothing to look ahead at: the cache stays a plain sequence
+        return len(tree) - before
+
+    def _new_look_ahead(
+        self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
+    ) -> LookAhead:
+        """An empty look-ahead rooted where ``wanted`` and the cache part. A ``known`` prompt
+        the cache holds stays cached: its ids past the root become the tree's first nodes (at
+        the positions they have), so they are neither dropped nor computed again."""
+        root = min([len(self.ids)] + [common_prefix_len(self.ids, ids) for ids in wanted])
+        held = [ids for ids in known if list(ids) == self.ids[: len(ids)]]
+        end = max(map(len, held), default=root)
+        self.crop(end)
+        tree = TokenTree()
+        if end > root:
+            tree.add(Candidate(self.ids[root:end], "ahead"), max_nodes=end - root)
+        return LookAhead(root, tree, {})
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        ahead = self.ahead
+        return (
+            ahead is not None
+            and self.ids[: ahead.root] == ids[: ahead.root]
+            and tuple(ids[ahead.root :]) in ahead.logits
+        )
+
+    def sequence(self) -> list[int]:
+        """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
+        return self.ids[: self.ahead.root] if self.ahead is not None else self.ids
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        if not self.looked_ahead(ids):
+            return None
+        assert self.ahead is not None
+        return self.ahead.logits[tuple(ids[self.ahead.root :])]
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed
+        ahead (and return its logits), else the longest branch that begins ``ids`` (what a
+        prefill of ``ids`` reuses), else just the root. The branch's own descendants computed
+        ahead (its likeliest next token, say) stay, as a look-ahead rooted at ``ids``."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None
+        if ids is None or self.ids[: ahead.root] != ids[: ahead.root]:
+            self.crop(ahead.root)
+            return None
+        tail = tuple(ids[ahead.root :])
+        path = _spelled(ahead.tree, list(tail))
+        logits = ahead.logits.get(tail)
+        rest = {t[len(tail) :]: row for t, row in ahead.logits.items() if t[: len(tail)] == tail}
+        rest.pop((), None)
+        if logits is None or not path or not rest:
+            self.keep(ahead.root, [ahead.root + i for i in path])
+            return logits
+        below, tree = _subtree(ahead.tree, path[-1])
+        self.keep(ahead.root, [ahead.root + i for i in path + below])
+        self.ahead = LookAhead(len(ids), tree, rest)
+        return logits
+
+
+def _subtree(tree: TokenTree, node: int) -> tuple[list[int], TokenTree]:
+    """The descendants of ``node`` (ascending) and the tree they form below it."""
+    below: list[int] = []
+    sub = TokenTree()
+    index = {node: -1}
+    for i in range(node + 1, len(tree)):
+        if tree.parents[i] in index:
+            index[i] = len(below)
+            below.append(i)
+            sub.tokens.append(tree.tokens[i])
+            sub.parents.append(index[tree.parents[i]])
+            sub.depths.append(tree.depths[i] - tree.depths[node])
+            sub.sources.append(set(tree.sources[i]))
+            sub.q.append(None)
+    return below, sub
+
+
+def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> torch.Tensor:
+    """What tree nodes ``start..`` see, (new, root + nodes): the root's positions, and their
+    own ancestors and themselves among the nodes (cached at ``root + node``)."""
+    ancestors = tree.attention()[0][1 + start :, 1:]  # (over [root token] + nodes: drop it)
+    return torch.cat([torch.ones(len(ancestors), root, dtype=torch.bool), ancestors], dim=1)
+
+
+def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:
+    """The nodes that spell the longest beginning of ``tokens`` from the tree's root."""
+    path, node = [], -1
+    for token in tokens:
+        node = next((c for c in tree.children(node) if tree.tokens[c] == token), None)
+        if node is None:
+            break
+        path.append(node)
+    return path

@@ -1,0 +1,81 @@
+"""The target-backend seam: what the decode loop needs from the model it verifies with.
+
+The loop (``loop.py``), the policy and the proposers see the target only through these
+operations; ``kvcache.CachedModel`` implements them over torch, and another implementation (a
+model on ggml's kernels, say) plugs in without touching them. What an implementation must keep:
+
+* **exactness**: the logits of a position are a function of the tokens before it, whatever pass
+  computed it (a one-row pass, a row of a chain, a node of a tree), where ``calibrate`` finds
+  one-row passes exact; where it does not, the loop pads one-row passes (``Engine._verify``);
+* **stopping**: a pass given a ``StopSignal`` asks it before each layer and, once told to stop,
+  raises ``Cancelled`` with the cache as it was before the pass (``stop.py``);
+* **one sequence**: after ``keep`` of an accepted path the cache holds a plain sequence again.
+
+Prices are not the backend's business: the loop times its passes and the policy learns them.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from .stop import StopSignal
+
+
+class TargetBackend(Protocol):
+    ids: list[int]  # the token ids the current cache holds, in order
+    prefill_chunk: int  # tokens per prefill pass (set from the speed measured at load)
+    forward_calls: int  # passes run so far (cancel checks count them)
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def use_width_independent_rows(self) -> None:
+        """Compute each row on its own from now on (attention by row: ``attention.py``)."""
+        ...
+
+    def prefill(
+        self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
+    ) -> tuple[torch.Tensor, int, int]:
+        """Make the cache hold ``ids``, reusing what a slot shares with it; return (logits
+        after the last id, tokens reused, tokens computed)."""
+        ...
+
+    def forward(
+        self,
+        tokens: list[int],
+        tree_mask: torch.Tensor | None = None,
+        depths: list[int] | None = None,
+        all_logits: bool = True,
+        stop: StopSignal | None = None,
+    ) -> torch.Tensor:
+        """Append a chain, or a token tree (``tree_mask``: which new token sees which;
+        ``depths``: each one's position past the cache), and return logits at each token."""
+        ...
+
+    def keep(self, n: int, extra: list[int]) -> None:
+        """Keep the first ``n`` cached positions and the ``extra`` ones (an accepted path)."""
+        ...
+
+    def crop(self, n: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+    # Look-ahead trees (``ahead.py``): prompts computed ahead, whose prefill is then free.
+    def sequence(self) -> list[int]:
+        """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
+        ...
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int: ...
+
+    def looked_ahead(self, ids: list[int]) -> bool: ...
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None: ...
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None: ...

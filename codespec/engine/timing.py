@@ -1,0 +1,29 @@
+"""Wall-clock timing of engine work (pass prices, draft steps, calibration)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def timed(fn, *args, **kwargs):
+    """Run ``fn`` and return (result, elapsed seconds)."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # GPU work is asynchronous: wait before reading the clock
+    return result, time.perf_counter() - t0
+
+
+def pass_seconds(model, ids: list[int], tokens: list[int], repeats: int = 3) -> float:
+    """Median seconds for one pass of ``model`` (a target backend) over ``tokens`` after
+    ``ids``, after a first pass that pays set-up costs; the cache is cleared after."""
+    model.prefill(ids)
+    times = []
+    for _ in range(repeats + 1):
+        _, seconds = timed(model.forward, tokens, all_logits=False)
+        model.crop(len(ids))
+        times.append(seconds)
+    model.reset()
+    return sorted(times[1:])[repeats // 2]

@@ -1,0 +1,53 @@
+"""The generator seam: what a completion needs from whatever decodes.
+
+``completion.complete`` builds a prompt (token ids, with the local tokenizer), hands it to a
+generator with the request's params, a stop rule and a stop signal, and reads back a stream of
+accepted tokens and the request's stats. The local engine (``engine.Engine``) is one generator;
+an engine on another machine can be another, without touching completion, stop rules, server or
+stats. What an implementation must keep:
+
+* iterating the ``Generation`` yields each new run of accepted tokens as it comes (streaming);
+  ``Generation.tokens`` is everything kept so far, after the stop rule's cuts;
+* the stop rule is applied to the growing output as it streams, and generation ends when it
+  fires (``engine.request.Output`` does this for any generator);
+* ``stop`` set from another thread ends generation soon, with ``stop_reason == "cancelled"``;
+* ``prefill_rate`` (prompt tokens per second, None when unknown) sizes prompt windows by time.
+
+Warm-ups and look-ahead (``Engine.warm``, ``Engine.look_ahead``) are the local engine's own:
+the worker uses them where a generator has them (``Warming``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .engine import Generation, GenerationParams, StopRule, StopSignal
+
+
+class Generator(Protocol):
+    prefill_rate: float | None
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: GenerationParams | None = None,
+        stop: StopSignal | None = None,
+        stop_rule: StopRule | None = None,
+    ) -> Generation: ...
+
+
+@runtime_checkable
+class Warming(Protocol):
+    """A generator that can prepare a place before a request comes (the local engine)."""
+
+    def warm(self, prompt: list[int], stop: StopSignal) -> int: ...
+
+    def look_ahead(
+        self,
+        prompt: list[int],
+        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        stop: StopSignal,
+    ) -> int: ...
