@@ -351,9 +351,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from .daemon_client import ask_stats
     from .stats.cli import run
 
-    return run(args)
+    return run(args, ask_daemon=ask_stats)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

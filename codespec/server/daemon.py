@@ -28,6 +28,7 @@ import platformdirs
 
 from ..files import FileError, read_text, write_private
 from ..memory import freeze_resident_objects
+from ..stats import report
 from ..stats.store import Store
 from .config import Settings
 from .framing import FramingError, read_frame
@@ -187,7 +188,7 @@ class Daemon:
                 writer.close()
                 return
         ls = create_session(self.worker, self.settings, self.slot.ready, self.store)
-        session_id = ls.session.id  # type: ignore[attr-defined]
+        session_id = ls.session.id
         self.sessions.add(session_id)
         try:
             await serve_connection(reader, writer, ls)
@@ -214,16 +215,10 @@ class Daemon:
         """Suggestions shown and accepted since this daemon started (from the store)."""
         if self.store is None:
             return ""
-
-        def count(conn) -> tuple:
-            return conn.execute(
-                "SELECT COALESCE(SUM(shown), 0), COALESCE(SUM(verdict = 'accepted'), 0) "
-                "FROM requests WHERE t >= ?",
-                (self.started,),
-            ).fetchone()
-
         try:
-            shown, accepted = self.store.read(count)
+            shown, accepted = self.store.read(
+                lambda conn: report.shown_and_accepted(conn, self.started)
+            )
         except Exception:  # the status line never fails
             return ""
         rate = f" ({100 * accepted / shown:.0f}%)" if shown else ""

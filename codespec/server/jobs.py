@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInternalError
-from pygls.lsp.server import LanguageServer
 
 from ..completion import CompletionOptions
 from ..languages import language_for
@@ -24,7 +24,10 @@ from ..stops import Cursor, Mode, decide_mode
 from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .state import SessionState, open_document
-from .worker import Job, ModelUnavailable, WarmJob, Worker
+from .worker import Job, ModelUnavailable, WarmJob
+
+if TYPE_CHECKING:  # session.py builds the server and imports this module
+    from .session import CodespecServer
 
 log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
@@ -47,10 +50,10 @@ def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
 
 
 async def inline_completion(
-    ls: LanguageServer, worker: Worker, params: types.InlineCompletionParams
+    ls: CodespecServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList:
     """Snapshot the document, run a job on the worker, answer with one inline item."""
-    state: SessionState = ls.session  # type: ignore[attr-defined]
+    state = ls.session
     settings = state.settings
     uri = params.text_document.uri
     doc = open_document(state, uri)
@@ -66,7 +69,7 @@ async def inline_completion(
                 MAX_DOCUMENT_CHARS,
             )
         return empty
-    encoding = ls.protocol.encoding  # type: ignore[attr-defined]
+    encoding = ls.protocol.encoding
     position = doc.clamp(params.position, encoding)  # past a line's end: at its end
     prefix, suffix = doc.split(doc.offset_at(position, encoding))
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, uri))
@@ -105,7 +108,7 @@ async def inline_completion(
     offset = doc.offset_at(position, encoding)  # where the suggestion sits, for its verdict
     head_start = offset - len(cursor.prefix)
     tail_after = len(doc.text) - offset - len(cursor.suffix)
-    future = worker.submit(job)
+    future = ls.worker.submit(job)
     try:
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -188,7 +191,7 @@ def other_documents(state: SessionState, doc: Document) -> tuple[tuple[str, str]
 
 
 def schedule_warm(
-    ls: LanguageServer,
+    ls: CodespecServer,
     offset: int,
     doc: Document,
     delay_ms: int | None = None,
@@ -198,7 +201,7 @@ def schedule_warm(
     document, have the worker prefill the prompt a request at ``offset`` would use and compute
     ahead the next keystrokes there (see ``worker.WarmJob``; ``shown_next``: the ghost text's
     next character there)."""
-    state: SessionState = ls.session  # type: ignore[attr-defined]
+    state = ls.session
     settings = state.settings
     uri = doc.uri
     if (timer := state.warm_timers.pop(uri, None)) is not None:
@@ -214,8 +217,7 @@ def schedule_warm(
         if state.documents.get(uri) is not doc or doc.edits != edits:
             return  # closed or edited again meanwhile: that edit scheduled its own warm-up
         prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
-        worker: Worker = ls.worker  # type: ignore[attr-defined]
-        worker.warm(
+        ls.worker.warm(
             WarmJob(
                 state.id,
                 uri,

@@ -42,6 +42,18 @@ PID_MAX = 1 << 22  # Linux's largest pid_max
 
 
 class CodespecServer(LanguageServer):
+    """One session's pygls server, with what its handlers use declared: the session's state,
+    the daemon's worker and its stats store."""
+
+    protocol: CodespecProtocol
+
+    def __init__(self, state: SessionState, worker: Worker, store: Store | None = None) -> None:
+        super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
+        self.session = state
+        self.worker = worker
+        self.store = store
+        self.protocol.session = state
+
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls would show the editor a message with Python exception text; log it instead
         (a bad notification is the client's problem, not the user's)."""
@@ -54,6 +66,7 @@ class CodespecProtocol(LanguageServerProtocol):
     does not know from disk."""
 
     session: SessionState
+    _server: CodespecServer
 
     @property
     def encoding(self) -> str:
@@ -98,7 +111,7 @@ class CodespecProtocol(LanguageServerProtocol):
         state.ledger.document_closed(uri)
         if (timer := state.warm_timers.pop(uri, None)) is not None:
             timer.cancel()
-        self._server.worker.forget_document(state.id, uri)  # type: ignore[attr-defined]
+        self._server.worker.forget_document(state.id, uri)
 
     def _send_data(self, data: Any) -> None:
         error = getattr(data, "error", None)
@@ -116,15 +129,12 @@ def create_session(
     defaults: Settings,
     model_ready: threading.Event | None = None,
     store: Store | None = None,
-) -> LanguageServer:
-    """A fresh LanguageServer for one connection, with codespec's handlers registered."""
-    ls = CodespecServer("codespec", "0.1.0", protocol_cls=CodespecProtocol)
+) -> CodespecServer:
+    """A fresh server for one connection, with codespec's handlers registered."""
     state = SessionState(settings=defaults)
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
-    ls.protocol.session = state  # type: ignore[attr-defined]
-    ls.session = state  # type: ignore[attr-defined]
-    ls.worker = worker  # type: ignore[attr-defined]
+    ls = CodespecServer(state, worker, store)
 
     @ls.feature(types.INITIALIZE)
     def on_initialize(params: types.InitializeParams) -> None:
@@ -151,7 +161,7 @@ def create_session(
 
     @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def on_inline(params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        return await inline_completion(ls, worker, params)
+        return await inline_completion(ls, params)
 
     @ls.feature(CUSTOM_INLINE)
     async def on_custom_inline(params: Any) -> types.InlineCompletionList:
@@ -159,7 +169,7 @@ def create_session(
             typed = ls.protocol._converter.structure(_as_dict(params), types.InlineCompletionParams)
         except Exception:
             raise JsonRpcInvalidParams("expected InlineCompletionParams") from None
-        return await inline_completion(ls, worker, typed)
+        return await inline_completion(ls, typed)
 
     @ls.feature(CURSOR)
     def on_cursor(params: Any) -> None:
@@ -221,9 +231,9 @@ async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
     return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
 
 
-async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> None:
+async def report_loading(ls: CodespecServer, model_ready: threading.Event) -> None:
     """``$/progress`` from begin to end while the daemon loads the model."""
-    token = f"codespec-loading-{ls.session.id}"  # type: ignore[attr-defined]
+    token = f"codespec-loading-{ls.session.id}"
     try:
         await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
     except Exception:  # the client refused or did not answer: nothing to show
@@ -235,8 +245,8 @@ async def report_loading(ls: LanguageServer, model_ready: threading.Event) -> No
     ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="model ready"))
 
 
-def apply_settings(ls: LanguageServer, values: Any) -> None:
-    state: SessionState = ls.session  # type: ignore[attr-defined]
+def apply_settings(ls: CodespecServer, values: Any) -> None:
+    state = ls.session
     if isinstance(values, dict) and isinstance(values.get("codespec"), dict):
         values = values["codespec"]
     state.settings, problems = merge(state.settings, values or None)
@@ -282,12 +292,12 @@ def worker_stats(worker: Worker) -> dict:
 
 
 async def serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ls: LanguageServer
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ls: CodespecServer
 ) -> None:
     """Read frames until EOF (or non-LSP bytes); check each message (``lifecycle.admit``)
     and dispatch it to the session's protocol. Every request gets exactly one reply."""
     protocol = ls.protocol
-    state: SessionState = protocol.session  # type: ignore[attr-defined]
+    state = protocol.session
     protocol.set_writer(writer)  # type: ignore[arg-type]
     watcher = asyncio.ensure_future(_watch_client(ls, writer))
     try:
@@ -334,11 +344,11 @@ def dispatch(protocol: Any, message: dict, writer: asyncio.StreamWriter) -> None
             writer.write(frame(error_reply(msg_id, -32602, f"Invalid params for {method}")))
 
 
-async def _watch_client(ls: LanguageServer, writer: asyncio.StreamWriter) -> None:
+async def _watch_client(ls: CodespecServer, writer: asyncio.StreamWriter) -> None:
     """End the session when the editor process named in ``initialize`` is gone."""
     while True:
         await asyncio.sleep(2.0)
-        pid = ls.session.client_pid  # type: ignore[attr-defined]
+        pid = ls.session.client_pid
         if isinstance(pid, int) and 0 < pid <= PID_MAX:  # 0 and -1 name groups, not a process
             try:
                 os.kill(pid, 0)

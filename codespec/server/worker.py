@@ -348,20 +348,22 @@ class Worker:
 
     def _serve(self, job: Job) -> None:
         job.timing.started = time.perf_counter()
-        if not job.future.set_running_or_notify_cancel():
+        if not job.future.set_running_or_notify_cancel():  # nobody waits for an answer
             self._record(job, "cancelled")
             return
+        outcome, result, error = self._outcome(job)
+        self._finish(job, outcome, result, error)
+        if outcome in ("served", "empty") and result is not None and result.stats is not None:
+            if result.anchor is not None and job.options.look_ahead_keys:
+                self._look_ahead_after(job, result.text[:1])  # (not where the model did not run)
+
+    def _outcome(self, job: Job) -> tuple[str, CompletionResult | None, Exception | None]:
+        """Run ``job`` unless it is cancelled or stale: (outcome, its result, its failure)."""
         if job.signal.cancelled:
-            self.stats.cancelled += 1
-            job.future.set_result(None)
-            self._record(job, "cancelled")
-            return
+            return "cancelled", None, None
         current = job.current_version()
         if current is not None and current > job.version:
-            self.stats.stale += 1
-            job.future.set_result(None)
-            self._record(job, "stale")
-            return
+            return "stale", None, None
         try:
             pair = self._pair()
             forwards = pair.engine.target  # counts target forward passes, for cancel checks
@@ -379,11 +381,21 @@ class Worker:
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
-            self.stats.failed += 1
-            job.future.set_exception(exc)
-            self._record(job, "failed")
-            return
-        stats = result.stats
+            return "failed", None, exc
+        if job.signal.cancelled:
+            self.stats.last_cancel = {
+                "passes_at_cancel": job.signal.passes_at_cancel,
+                "passes_final": forwards.forward_calls,
+            }
+            return "cancelled", result, None
+        return ("served" if result.text else "empty"), result, None
+
+    def _finish(
+        self, job: Job, outcome: str, result: CompletionResult | None, error: Exception | None
+    ) -> None:
+        """The one exit for a job that started: count it, leave its stats row, answer it (an
+        empty answer for anything but a completion)."""
+        stats = result.stats if result is not None else None
         if stats is not None:
             self.stats.ahead_hits += stats.ahead
             self.stats.tokens += stats.tokens
@@ -392,22 +404,22 @@ class Worker:
                 "prefill_tokens": stats.prefill_tokens,
                 "cached_tokens": stats.cached_tokens,
             }
-        if job.signal.cancelled:
+        answered = outcome in ("served", "empty")
+        if answered:
+            self.stats.served += 1
+            job.timing.done = time.perf_counter()
+            self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
+        elif outcome == "cancelled":
             self.stats.cancelled += 1
-            self.stats.last_cancel = {
-                "passes_at_cancel": job.signal.passes_at_cancel,
-                "passes_final": forwards.forward_calls,
-            }
-            job.future.set_result(None)
-            self._record(job, "cancelled", result)
-            return
-        self.stats.served += 1
-        job.timing.done = time.perf_counter()
-        self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
-        self._record(job, "served" if result.text else "empty", result)
-        job.future.set_result(result)
-        if stats is not None and result.anchor is not None and job.options.look_ahead_keys:
-            self._look_ahead_after(job, result.text[:1])  # (not where the model did not run)
+        elif outcome == "stale":
+            self.stats.stale += 1
+        else:
+            self.stats.failed += 1
+        self._record(job, outcome, result)
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result if answered else None)
 
     def _look_ahead_after(self, job: Job, shown_next: str) -> None:
         """While the user reads the answer, compute ahead the next keystrokes at its place

@@ -53,6 +53,16 @@ def fetch(
     return [dict(zip(names, row, strict=True)) for row in conn.execute(query + " ORDER BY t", args)]
 
 
+def shown_and_accepted(conn: sqlite3.Connection, since_t: float) -> tuple[int, int]:
+    """Suggestions shown, and of those accepted, in requests since ``since_t`` (epoch seconds)."""
+    shown, accepted = conn.execute(
+        "SELECT COALESCE(SUM(shown), 0), COALESCE(SUM(verdict = 'accepted'), 0) "
+        "FROM requests WHERE t >= ?",
+        (since_t,),
+    ).fetchone()
+    return int(shown), int(accepted)
+
+
 def query(
     conn: sqlite3.Connection, since: str | None, language: object, by: object
 ) -> tuple[list[dict], dict]:
