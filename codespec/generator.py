@@ -13,14 +13,15 @@ stats. What an implementation must keep:
 * ``stop`` set from another thread ends generation soon, with ``stop_reason == "cancelled"``;
 * ``prefill_rate`` (prompt tokens per second, None when unknown) sizes prompt windows by time.
 
-Warm-ups and look-ahead (``Engine.warm``, ``Engine.look_ahead``) are the local engine's own:
-the worker uses them where a generator has them (``Warming``).
+Warm-ups and look-ahead (``Engine.warm``, ``Engine.look_ahead``) are the local engine's own
+(``Warming``); the worker calls them on it, so a generator without them needs the worker to
+skip warm-ups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import torch
 
@@ -39,7 +40,6 @@ class Generator(Protocol):
     ) -> Generation: ...
 
 
-@runtime_checkable
 class Warming(Protocol):
     """A generator that can prepare a place before a request comes (the local engine)."""
 

@@ -38,9 +38,6 @@ class Proposals:
     step_s: list[float] = field(default_factory=list)  # seconds of each model step taken
     forwards: int = 0  # model passes run (a catch-up prefill included)
 
-    def __bool__(self) -> bool:
-        return bool(self.candidates)
-
 
 class Proposer(Protocol):
     name: str

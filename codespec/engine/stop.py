@@ -48,10 +48,6 @@ class StopSignal:
         if not keep_chunk:
             self._preempted.set()
 
-    def preempt(self) -> None:
-        """Another request wants the engine now: stop between layers, whatever the work."""
-        self.cancel(keep_chunk=False)
-
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()

@@ -46,5 +46,5 @@ def test_the_stop_signal_tells_chunks_passes_and_layers_apart():
     stop.cancel()  # later: nobody needs it after all
     assert stop.preempted and stop.stops_pass(REDO_ROWS + 1)
     other = StopSignal()
-    other.preempt()
+    other.cancel()  # a request elsewhere: nothing of this work is needed
     assert other.cancelled and other.stops_pass(1000)
