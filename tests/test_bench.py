@@ -496,14 +496,14 @@ def test_every_round_starts_from_the_policy_state_of_the_first(
     def recording_complete(pair, cursor, options, **kwargs):
         if options.speculate and options.max_tokens > 1:
             policy = pair.engine.policy
-            seen.append((policy.passes, dict(policy.decisions), policy.pass_s[1].value))
+            seen.append((policy.costs.passes, dict(policy.decisions), policy.costs.pass_s[1].value))
         return complete(pair, cursor, options, **kwargs)
 
     monkeypatch.setattr(runner, "complete", recording_complete)
     row = runner.run_hole(pair, hole, runner.BenchSettings(max_tokens=6), spec_first=True)
     assert len(seen) == len(row["spec"]["rounds_ms"]) == rounds_for(row["plain"]["tokens"]) > 1
     assert all(state == seen[0] for state in seen)
-    assert pair.engine.policy.passes > seen[0][0]  # what the first round taught it stays
-    assert pair.engine.policy.context == "line"  # a rest-of-line completion's context
-    assert all(context == "line" for context, _, _ in pair.engine.policy.ngram)
+    assert pair.engine.policy.costs.passes > seen[0][0]  # what the first round taught it stays
+    assert pair.engine.policy.acceptance.context == "line"  # a rest-of-line completion's context
+    assert all(context == "line" for context, _, _ in pair.engine.policy.acceptance.ngram)
     assert row["exact"]

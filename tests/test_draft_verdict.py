@@ -105,9 +105,9 @@ def test_a_draft_kept_at_load_goes_once_real_passes_show_it_cannot_pay(
     assert engine.drafter is not None
     monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", judge)
     # the real passes show a draft step costing as much as ten target passes
-    engine.policy.draft_step_s.value = 10 * engine.policy.verify_cost(1)
+    engine.policy.costs.draft_step_s.value = 10 * engine.policy.costs.price(1)
     prompt = pair.tokenizer.encode("def add(a, b):\n    return")
-    while engine.policy.passes < DRAFT_RECHECK_PASSES:
+    while engine.policy.costs.passes < DRAFT_RECHECK_PASSES:
         assert engine.drafter is not None  # too few passes yet to judge again
         list(engine.generate(prompt, GenerationParams(max_tokens=4, use_ngram=False)))
         prompt = prompt + [prompt[-1]]
@@ -128,7 +128,7 @@ def test_a_draft_that_can_pay_stays_after_the_recheck(pair_with_draft, monkeypat
     monkeypatch.setattr(SpeculationPolicy, "draft_can_pay", lambda self: True)
     engine = load(manifest).engine
     prompt = list(range(5, 25))
-    while engine.policy.passes < DRAFT_RECHECK_PASSES + 8:
+    while engine.policy.costs.passes < DRAFT_RECHECK_PASSES + 8:
         list(engine.generate(prompt, GenerationParams(max_tokens=8)))
         prompt = prompt + [7]
     assert engine.drafter is not None and engine.policy.draft_mode == "auto"

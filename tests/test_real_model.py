@@ -92,7 +92,7 @@ def flat_pass_costs(pair):
     saved = pair.engine.policy
     pair.engine.policy = SpeculationPolicy(draft_mode="off")
     for width in (1, 2, 4, 8, 16, 32):
-        pair.engine.policy.observe_pass(width, 0.1)
+        pair.engine.policy.costs.observe_pass(width, 0.1)
     try:
         yield
     finally:

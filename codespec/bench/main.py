@@ -269,8 +269,8 @@ def bets_text(result: dict) -> str:
 def pass_costs(pair) -> dict:
     """Seconds per target pass by width and per draft step, as the policy measured them."""
     policy = pair.engine.policy
-    widths = {w: e.value for w, e in policy.pass_s.items() if e.value is not None}
-    draft = policy.draft_step_s.value
+    widths = {w: e.value for w, e in policy.costs.pass_s.items() if e.value is not None}
+    draft = policy.costs.draft_step_s.value
     return dict(
         target_pass_s=widths,
         draft_step_s=draft,

@@ -1,6 +1,7 @@
 """Acceptance: how likely proposed tokens are to be kept, and what a chain is worth.
 
-The policy (``policy.py``) prices passes; this module says what they buy. A chain whose i-th
+The policy (``policy.py``) weighs what passes cost (``costs.py``) against what they buy, which
+this module says. A chain whose i-th
 token is kept with probability ``a_i`` given the ones before it were yields, bonus included,
 ``E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens when its first k are verified. The rates
 are learned online (``Acceptance``, decayed counts) from priors measured offline: n-gram spans by
@@ -122,3 +123,45 @@ def blend(record: Acceptance, long_run: float) -> float:
     """The long-run rate updated by a request's own counts (``SpanAcceptance.tally``)."""
     kept, missed = record.accepted, record.rejected
     return (kept + REQUEST_WEIGHT * long_run) / (kept + missed + REQUEST_WEIGHT)
+
+
+class AcceptanceBook:
+    """What proposers' tokens were kept: n-gram spans by (request context, match length, vote),
+    this request's own n-gram record, and the draft's tokens."""
+
+    def __init__(self, draft_prior: float = 0.6) -> None:
+        # n-gram acceptance by (context, evidence bucket, support), from the priors when first seen
+        self.ngram: dict[tuple[str, int, str], SpanAcceptance] = {}
+        self.context = ""  # the current request's (``begin_request``)
+        self.request_ngram = SpanAcceptance.tally()  # what this request's n-gram spans did
+        self.draft = Acceptance(prior=draft_prior)
+
+    def begin_request(self, context: str = "") -> None:
+        """A new request; ``context`` keys what n-gram acceptance it learns and uses (what
+        kind of completion it is, e.g. ``"line"``)."""
+        self.context = context
+        self.request_ngram = SpanAcceptance.tally()
+
+    def _kind(self, evidence: int, support: str) -> SpanAcceptance:
+        length = evidence_bucket(evidence)
+        key = (self.context, length, support)
+        if key not in self.ngram:
+            first = NGRAM_FIRST_PRIOR.get((min(length, 5), support), NGRAM_PRIOR)
+            then = NGRAM_THEN_PRIOR[length] if support else NGRAM_PRIOR
+            self.ngram[key] = SpanAcceptance(first, then)
+        return self.ngram[key]
+
+    def observe_ngram(self, evidence: int, proposed: int, accepted: int, support: str = "") -> None:
+        """A span backed by a match of ``evidence`` tokens whose matches voted ``support``
+        (``ngram.py``; "" for unknown): ``accepted`` of its first ``proposed`` tokens kept."""
+        self._kind(evidence, support).add(proposed, accepted)
+        self.request_ngram.add(proposed, accepted)
+
+    def ngram_rates(self, evidence: int, support: str = "") -> tuple[float, float]:
+        """Acceptance of such a span's first token, and of each later one given the one before
+        it was kept: the long-run rates for such spans, updated by this request's record."""
+        kind = self._kind(evidence, support)
+        return (
+            blend(self.request_ngram.first, kind.first.rate),
+            blend(self.request_ngram.then, kind.then.rate),
+        )

@@ -81,16 +81,16 @@ class Calibrated:
         self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in CALIBRATION_WIDTHS:
             rows = 2 if width == 1 and self.pad_single_row else width
-            self.policy.observe_pass(width, pass_seconds(self.target, ids, ids[:rows]))
+            self.policy.costs.observe_pass(width, pass_seconds(self.target, ids, ids[:rows]))
         if self.drafter is not None:
-            self.policy.draft_step_s.add(self.drafter.step_seconds(ids))
+            self.policy.costs.draft_step_s.add(self.drafter.step_seconds(ids))
             if self.policy.draft_mode == "auto" and not self.policy.draft_can_pay():
                 self.release_draft()
 
     def release_draft(self) -> None:
         """Drop the draft model (its memory goes with it): on this machine its step costs too
         much of a target pass for it to pay even at a good acceptance rate."""
-        ratio = self.policy.draft_step_s.value / self.policy.verify_cost(1)
+        ratio = self.policy.costs.draft_step_s.value / self.policy.costs.price(1)
         self.draft_step_ratio = ratio
         self.draft_note = f"draft released: {draft_cost_note(ratio)}"
         self.drafter = None
@@ -104,7 +104,7 @@ class Calibrated:
         now."""
         if self.drafter is None or self.policy.draft_mode != "auto":
             return False
-        if self.policy.passes < DRAFT_RECHECK_PASSES or self.policy.draft_can_pay():
+        if self.policy.costs.passes < DRAFT_RECHECK_PASSES or self.policy.draft_can_pay():
             return False
         self.release_draft()
         return_freed_memory(collect=True)

@@ -105,7 +105,7 @@ class Engine(Calibrated, WarmUps):
         stats, t0 = out.stats, time.perf_counter()
         sampling = Sampling(params.temperature, _rng(params))
         with self.lock:
-            self.policy.begin_request(params.context)
+            self.policy.acceptance.begin_request(params.context)
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(
@@ -129,8 +129,8 @@ class Engine(Calibrated, WarmUps):
                     # two layers: its tokens would be thrown away anyway).
                     base = len(self.target.sequence())
                     (logits, rows), seconds = timed(self._verify, pending, tree, stop)
-                    if rows == 1 + len(tree):  # (a pass whose pending row was computed ahead
-                        self.policy.observe_pass(rows, seconds)  # is not a pass of this width)
+                    if rows == 1 + len(tree):  # (a pass whose pending row was computed
+                        self.policy.costs.observe_pass(rows, seconds)  # ahead is narrower)
                     # 4) Accept: walk the tree with the target's own choices; keep that path.
                     path, bonus = walk_tree(tree, logits, params.temperature, sampling.rng)
                     self.target.keep(base + 1, [base + 1 + i for i in path])
@@ -174,7 +174,7 @@ class Engine(Calibrated, WarmUps):
             tree.add(candidate, cap)
         if offers:
             proposal.ngram_evidence, proposal.ngram_support = offers[0].evidence, offers[0].support
-        first_rate, then_rate = ngram_rates = self.policy.ngram_rates(
+        first_rate, then_rate = ngram_rates = self.policy.acceptance.ngram_rates(
             proposal.ngram_evidence, proposal.ngram_support
         )
         if params.use_draft:
@@ -185,12 +185,13 @@ class Engine(Calibrated, WarmUps):
         rates = [
             (first_rate if depth == 0 else then_rate)
             if "ngram" in tree.sources[i]
-            else self.policy.draft.rate
+            else self.policy.acceptance.draft.rate
             for depth, i in enumerate(chain)
         ]
         # ... and none past where the stop rules would end generation (wasted width).
-        k = min(self.policy.chain_length(rates), out.horizon([tree.tokens[i] for i in chain]))
-        width = self.policy.width(k, len(tree))
+        verify = self.policy.decide(rates, len(tree), out.horizon([tree.tokens[i] for i in chain]))
+        self.policy.commit(verify)
+        k, width = verify.chain, verify.nodes
         keep = chain[:k] + [i for i in range(len(tree)) if i not in chain][: max(0, width - k)]
         keep = [i for i in keep if all(p in keep for p in tree.path_to(i)[:-1])]
         proposal.tree, index = tree.subset(keep)
@@ -217,7 +218,8 @@ class Engine(Calibrated, WarmUps):
             return
         tree = proposal.tree
         ngram_chain = [i for i in tree.main_chain() if "ngram" in tree.sources[i]]
-        plan = self.policy.plan(len(ngram_chain), self.drafter.lag(context), ngram_rates)
+        plan = self.policy.plan_draft(len(ngram_chain), self.drafter.lag(context), ngram_rates)
+        self.policy.commit(plan)
         if not plan.use_draft:
             return
         under = ngram_chain[-1] if ngram_chain else ROOT
@@ -285,7 +287,7 @@ class Engine(Calibrated, WarmUps):
         if first_branch:
             taken = sum(1 for i in first_branch if i in kept)
             self.ngram.observe(len(first_branch), taken)
-            self.policy.observe_ngram(
+            self.policy.acceptance.observe_ngram(
                 proposal.ngram_evidence, len(first_branch), taken, proposal.ngram_support
             )
         if proposal.draft is not None:

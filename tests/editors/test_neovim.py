@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -163,6 +164,56 @@ def test_ghost_text_accept_word_dismiss_and_type_over(version, server, tmp_path)
 
 
 @pytest.mark.parametrize("version", list(NEOVIMS))
+def test_each_room_of_the_plugin_loads_on_its_own(version, tmp_path):
+    """config, client, status, suggestion, ghost, compat and health each load first in a bare
+    Neovim (no require cycle hides behind init.lua's order), and options from setup() reach the
+    rooms that read them."""
+    modules = sorted(p.stem for p in (PLUGIN / "lua" / "codespec").glob("*.lua"))
+    assert {"client", "config", "status", "suggestion"} <= set(modules)
+    for module in modules:
+        name = "codespec" if module == "init" else f"codespec.{module}"
+        binary = str(neovim(version))
+        code = f"lua local ok, e = pcall(require, '{name}'); if not ok then print(e) end"
+        result = subprocess.run(
+            [
+                binary,
+                "--headless",
+                "-u",
+                "NONE",
+                "-i",
+                "NONE",
+                "-n",
+                "--cmd",
+                f"set rtp^={PLUGIN}",
+                "-c",
+                code,
+                "-c",
+                "qa!",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
+            module,
+            result.stdout,
+            result.stderr,
+        )
+    editor = Editor(neovim(version), tmp_path, ["/nonexistent/codespec", "lsp"])
+    try:
+        editor.lua("require('codespec.config').toggle('python')")
+        assert editor.lua("return require('codespec.config').options.debounce_ms") == 60
+        assert editor.lua("return require('codespec.config').debounce_ms()") == 60
+        editor.nvim.command("setfiletype python")
+        assert editor.lua("return require('codespec.config').enabled_in(0)") is False
+        editor.lua("require('codespec').toggle('python')")
+        assert editor.lua("return require('codespec.config').enabled_in(0)") is True
+    finally:
+        editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
 def test_a_missing_server_is_one_clear_message(version, tmp_path):
     plugin = tmp_path / "plugin-copy"  # no checkout (and no .venv) around it
     shutil.copytree(PLUGIN, plugin)
@@ -177,7 +228,7 @@ def test_a_missing_server_is_one_clear_message(version, tmp_path):
     try:
         editor.nvim.command(f"edit {source}")
         time.sleep(0.5)
-        assert editor.lua("return require('codespec').state.status") == "error"
+        assert editor.lua("return require('codespec.status').state.status") == "error"
         messages = editor.nvim.command_output("messages")
         assert messages.count("`codespec` not found") == 1, messages
         health = editor.nvim.exec_lua("""
@@ -217,7 +268,7 @@ def test_the_daemon_killed_mid_session_comes_back(version, server, tmp_path):
         editor.nvim.input("Go")
         editor.type("    z = ")
         assert editor.wait_ghost(timeout=90)  # the relay started a new daemon, same session
-        assert editor.lua("return require('codespec').state.client_id") is not None
+        assert editor.lua("return require('codespec.client').id()") is not None
     finally:
         editor.close()
 

@@ -1,0 +1,122 @@
+-- The one LSP client: `codespec lsp` (a relay to the shared daemon), found, started, asked.
+--
+-- Everything that talks to the server goes through here; what the answers mean is the other
+-- modules' business (they pass the handlers `start` wires in).
+
+local compat = require("codespec.compat")
+local config = require("codespec.config")
+
+local M = {}
+local client_id = nil
+
+--- The server command: the `cmd` option, else `codespec` on PATH, else a checkout's .venv.
+function M.find_server(options)
+  options = options or config.options
+  if options.cmd then
+    return options.cmd
+  end
+  if vim.fn.executable("codespec") == 1 then
+    return { "codespec", "lsp" }
+  end
+  local here = debug.getinfo(1, "S").source:sub(2)
+  local root = vim.fn.fnamemodify(here, ":p:h:h:h:h:h") -- lua/codespec/client.lua -> checkout
+  local venv = root .. "/.venv/bin/codespec"
+  if vim.fn.executable(venv) == 1 then
+    return { venv, "lsp" }
+  end
+  return nil
+end
+
+--- The running client, or nil.
+function M.get()
+  return client_id and vim.lsp.get_client_by_id(client_id) or nil
+end
+
+function M.id()
+  return client_id
+end
+
+--- The running client when completions are on in ``bufnr`` and it is attached there, or nil.
+function M.serving(bufnr)
+  local c = M.get()
+  if not c or not config.enabled_in(bufnr) or not compat.attached(c, bufnr) then
+    return nil
+  end
+  return c
+end
+
+--- Start the client (once) and attach ``bufnr``. ``on``: partial(result), progress(value),
+--- init(), exit(code). Returns false when no server command was found.
+function M.start(bufnr, on)
+  local cmd = M.find_server()
+  if not cmd then
+    return false
+  end
+  client_id = compat.start_client({
+    name = "codespec",
+    cmd = cmd,
+    root_dir = vim.fn.getcwd(),
+    init_options = config.options.settings,
+    flags = { debounce_text_changes = 0 }, -- the server must see an edit before the request
+    offset_encoding = "utf-8",
+    capabilities = {
+      general = { positionEncodings = { "utf-8" } },
+      window = { workDoneProgress = true },
+      experimental = { codespecVerdicts = true },
+    },
+    handlers = {
+      ["codespec/partialCompletion"] = function(_, result)
+        on.partial(result)
+      end,
+      ["$/progress"] = function(_, result)
+        on.progress(result and result.value or {})
+      end,
+    },
+    on_init = function()
+      on.init()
+    end,
+    on_exit = function(code)
+      client_id = nil
+      on.exit(code)
+    end,
+  }, bufnr, client_id)
+  return true
+end
+
+function M.stop()
+  local c = M.get()
+  if c then
+    c.stop()
+  end
+  client_id = nil
+end
+
+--- Send a request; returns ok, request_id (see compat.request).
+function M.request(method, params, handler, bufnr)
+  local c = M.get()
+  if not c then
+    return false, nil
+  end
+  return compat.request(c, method, params, handler, bufnr)
+end
+
+function M.notify(method, params)
+  local c = M.get()
+  if c then
+    compat.notify(c, method, params)
+  end
+end
+
+function M.cancel(request_id)
+  local c = M.get()
+  if c then
+    compat.cancel(c, request_id)
+  end
+end
+
+--- Report what was done with a suggestion (lsp/PROTOCOL.md, "Verdicts").
+function M.report(command, ...)
+  M.request("workspace/executeCommand", { command = command, arguments = { ... } }, function() end)
+end
+
+return M
