@@ -32,7 +32,8 @@ from ..stats import report
 from ..stats.store import Store
 from .config import Settings
 from .framing import FramingError, read_frame
-from .session import create_session, serve_connection, worker_stats
+from .handlers import worker_stats
+from .session import create_session, serve_connection
 from .worker import ModelUnavailable, Worker
 
 log = logging.getLogger("codespec.daemon")

@@ -1,9 +1,11 @@
 """From a session's request to a job for the engine worker, and from its result to the reply.
 
-`inline_completion` snapshots the document at the cursor, decides the kind of completion
-(tree-sitter, then the user's multi-line policy), submits a job and turns its text into one
-inline item, streaming `codespec/partialCompletion` meanwhile; `schedule_warm` submits the same
-prompt as a warm-up once edits or the cursor rest. Everything else here is a pure helper.
+`inline_completion` reads as the steps of a request: is this document completed in; where is
+the cursor (``place_at``, shared with warm-ups); what kind of completion (tree-sitter, then the
+user's multi-line policy); typed through the last answer (no model run); else a job on the
+worker (``run_job``), streaming `codespec/partialCompletion` meanwhile (``streamer``), and the
+answer remembered for its verdict (``offered``). ``schedule_warm`` submits the same place as a
+warm-up once edits or the cursor rest.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
@@ -23,8 +26,9 @@ from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
+from .places import Job, Place, WarmJob
 from .state import SessionState, open_document
-from .worker import Job, ModelUnavailable, WarmJob
+from .worker import ModelUnavailable
 
 if TYPE_CHECKING:  # session.py builds the server and imports this module
     from .session import CodespecServer
@@ -52,62 +56,89 @@ def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
 async def inline_completion(
     ls: CodespecServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList:
-    """Snapshot the document, run a job on the worker, answer with one inline item."""
-    state = ls.session
+    """Snapshot the document at the cursor, run a job on the worker, answer with one item."""
+    state, settings = ls.session, ls.session.settings
+    doc = open_document(state, params.text_document.uri)
+    if not completes_in(state, doc):
+        return no_items()
+    encoding = ls.protocol.encoding
+    position = doc.clamp(params.position, encoding)  # past a line's end: at its end
+    offset = doc.offset_at(position, encoding)
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    place = place_at(state, doc, offset, completion_options(settings, invoked))
+    syntax = decide_mode(place.cursor, invoked, settings.complete_mid_word)
+    place.options.mode = apply_multiline_policy(syntax, settings.multiline)
+    where = types.Range(position, position)
+    if (through := typed_through(state.shown.get(doc.uri), place.cursor)) is not None:
+        rest, suggestion_id = through
+        # no model run; while the user types on, compute ahead the keystrokes that leave it
+        schedule_warm(ls, offset, doc, delay_ms=0, shown_next=rest[0])
+        return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
+    job = Job.at(place, on_text=streamer(ls, doc))
+    text = await run_job(ls, job)
+    if not text:
+        return no_items()
+    offered(state, doc, offset, job, text)
+    return types.InlineCompletionList(items=[inline_item(text, where, job.id)])
+
+
+def no_items() -> types.InlineCompletionList:
+    return types.InlineCompletionList(items=[])
+
+
+def completes_in(state: SessionState, doc: Document) -> bool:
+    """Whether this session completes in ``doc`` (on, its language not turned off, not too
+    large; a too-large document is logged once)."""
     settings = state.settings
-    uri = params.text_document.uri
-    doc = open_document(state, uri)
-    empty = types.InlineCompletionList(items=[])
     if not settings.enabled or doc.language_id in settings.disabled_languages:
-        return empty
+        return False
     if doc.too_large:
-        if uri not in state.too_large_logged:
-            state.too_large_logged.add(uri)
+        if doc.uri not in state.too_large_logged:
+            state.too_large_logged.add(doc.uri)
             log.info(
                 "no completions in a document of %d characters (the limit is %d)",
                 len(doc.text),
                 MAX_DOCUMENT_CHARS,
             )
-        return empty
-    encoding = ls.protocol.encoding
-    position = doc.clamp(params.position, encoding)  # past a line's end: at its end
-    prefix, suffix = doc.split(doc.offset_at(position, encoding))
-    cursor = Cursor(prefix, suffix, language_for(doc.language_id, uri))
-    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    options = completion_options(settings, invoked)
-    options.mode = apply_multiline_policy(
-        decide_mode(cursor, invoked, settings.complete_mid_word), settings.multiline
-    )
-    where = types.Range(position, position)
-    if (through := typed_through(state.shown.get(uri), cursor)) is not None:
-        rest, suggestion_id = through
-        # no model run; while the user types on, compute ahead the keystrokes that leave it
-        schedule_warm(ls, doc.offset_at(position, encoding), doc, delay_ms=0, shown_next=rest[0])
-        return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
-    msg_id = ls.protocol.msg_id
-    client_version = doc.version or 0
-    loop = asyncio.get_running_loop()
+        return False
+    return True
 
-    def on_text(partial: str) -> None:
-        payload = {"id": msg_id, "uri": uri, "version": client_version, "text": partial}
-        loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, payload)
 
-    job = Job(
-        state.id,
-        uri,
-        doc.edits,
-        cursor,
-        options,
-        document_name(uri),
-        other_documents(state, doc),
-        lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
+def place_at(state: SessionState, doc: Document, offset: int, options: CompletionOptions) -> Place:
+    """The place a request at ``offset`` in ``doc`` asks about: the text either side, the
+    other open documents of its language, and how to tell that the document moved on since."""
+    prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
+    cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
+    uri = doc.uri
+    return Place(
+        session=state.id,
+        uri=uri,
+        version=doc.edits,
+        cursor=cursor,
+        options=options,
+        path=document_name(uri),
+        extra_files=other_documents(state, doc),
+        # closed (or reopened as another document): as good as edited since
+        current_version=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
         language=doc.language_id or cursor.language.name,
-        on_text=on_text,
     )
-    offset = doc.offset_at(position, encoding)  # where the suggestion sits, for its verdict
-    head_start = offset - len(cursor.prefix)
-    tail_after = len(doc.text) - offset - len(cursor.suffix)
+
+
+def streamer(ls: CodespecServer, doc: Document) -> Callable[[str], None]:
+    """Send each longer text of the request being handled as ``codespec/partialCompletion``
+    (called on the worker's thread; the notification goes out on the event loop's)."""
+    loop = asyncio.get_running_loop()
+    payload = {"id": ls.protocol.msg_id, "uri": doc.uri, "version": doc.version or 0}
+
+    def on_text(partial: str) -> None:
+        loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, {**payload, "text": partial})
+
+    return on_text
+
+
+async def run_job(ls: CodespecServer, job: Job) -> str:
+    """The job's text from the worker ("" for none); failures become the right LSP errors."""
     future = ls.worker.submit(job)
     try:
         result = await asyncio.wrap_future(future)
@@ -122,21 +153,24 @@ async def inline_completion(
     except Exception:
         log.exception("completion failed")
         raise JsonRpcInternalError("the completion failed (details in the daemon log)") from None
-    if result is None or not result.text:
-        return empty
-    state.shown[uri] = (cursor.prefix, cursor.suffix, result.text, job.id)
+    return result.text if result is not None else ""
+
+
+def offered(state: SessionState, doc: Document, offset: int, job: Job, text: str) -> None:
+    """Remember what is shown at the place, for typed-through answers and the verdict."""
+    cursor = job.cursor
+    state.shown[doc.uri] = (cursor.prefix, cursor.suffix, text, job.id)
     state.ledger.offered(
         Suggestion(
             job.id,
-            uri,
+            doc.uri,
             cursor.prefix,
             cursor.suffix,
-            result.text,
-            head_start=head_start,
-            tail_after=tail_after,
+            text,
+            head_start=offset - len(cursor.prefix),
+            tail_after=len(doc.text) - offset - len(cursor.suffix),
         )
     )
-    return types.InlineCompletionList(items=[inline_item(result.text, where, job.id)])
 
 
 def inline_item(text: str, where: types.Range, suggestion_id: str) -> types.InlineCompletionItem:
@@ -206,9 +240,7 @@ def schedule_warm(
     uri = doc.uri
     if (timer := state.warm_timers.pop(uri, None)) is not None:
         timer.cancel()
-    if not (settings.enabled and settings.warm_ahead) or doc.too_large:
-        return
-    if doc.language_id in settings.disabled_languages:
+    if not settings.warm_ahead or not completes_in(state, doc):
         return
     edits = doc.edits
 
@@ -216,21 +248,8 @@ def schedule_warm(
         state.warm_timers.pop(uri, None)
         if state.documents.get(uri) is not doc or doc.edits != edits:
             return  # closed or edited again meanwhile: that edit scheduled its own warm-up
-        prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
-        ls.worker.warm(
-            WarmJob(
-                state.id,
-                uri,
-                edits,
-                Cursor(prefix, suffix, language_for(doc.language_id, uri)),
-                completion_options(settings, invoked=False),
-                document_name(uri),
-                other_documents(state, doc),
-                lambda: doc.edits,
-                anchors=state.anchors,
-                shown_next=shown_next,
-            )
-        )
+        options = completion_options(settings, invoked=False)
+        ls.worker.warm(WarmJob.at(place_at(state, doc, offset, options), shown_next=shown_next))
 
     loop = asyncio.get_running_loop()
     delay_ms = settings.warm_delay_ms if delay_ms is None else delay_ms

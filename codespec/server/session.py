@@ -1,7 +1,8 @@
 """One editor connection = one LSP session (pygls), all sharing the daemon's engine worker.
 
-Handlers are thin: they look up the session's own copy of an open document and hand it to
-``jobs.py``, which builds a job for the worker and turns its result into LSP types. What a
+This module is the connection: the typed server, the protocol's document sync, reading frames
+and dispatching them. The handlers are module functions over the server in ``handlers.py``;
+``jobs.py`` turns a request into a job for the worker and its result into LSP types. What a
 session keeps lives in ``state.py``, the raw-message rules pygls lacks in ``lifecycle.py``,
 text sync and positions in ``documents.py``. A session only ever sees the
 documents its client opened: nothing is read from disk, whatever a URI names.
@@ -17,41 +18,44 @@ import threading
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from ..stats import report
 from ..stats.store import Store
-from ..stats.verdicts import COMMANDS, Ledger
-from .config import Settings, merge
+from ..stats.verdicts import Ledger
+from . import handlers
+from .config import Settings
 from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
-from .jobs import inline_completion, schedule_warm
+from .jobs import schedule_warm
 from .lifecycle import DROP, admit, normalize
-from .state import SessionState, open_document
+from .state import SessionState
 from .worker import Worker
 
 log = logging.getLogger("codespec.session")
-CUSTOM_INLINE = "codespec/inlineCompletion"
-STATS = "codespec/stats"
-DOCUMENT = "codespec/document"
-CURSOR = "codespec/cursor"
 PID_MAX = 1 << 22  # Linux's largest pid_max
 
 
 class CodespecServer(LanguageServer):
     """One session's pygls server, with what its handlers use declared: the session's state,
-    the daemon's worker and its stats store."""
+    the daemon's worker, its stats store and whether the model is loaded yet."""
 
     protocol: CodespecProtocol
 
-    def __init__(self, state: SessionState, worker: Worker, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        state: SessionState,
+        worker: Worker,
+        store: Store | None = None,
+        model_ready: threading.Event | None = None,
+    ) -> None:
         super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
         self.session = state
         self.worker = worker
         self.store = store
+        self.model_ready = model_ready  # set once the daemon's model is loaded (None: it is)
         self.protocol.session = state
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -130,165 +134,13 @@ def create_session(
     model_ready: threading.Event | None = None,
     store: Store | None = None,
 ) -> CodespecServer:
-    """A fresh server for one connection, with codespec's handlers registered."""
+    """A fresh server for one connection, with codespec's handlers (``handlers.py``)."""
     state = SessionState(settings=defaults)
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
-    ls = CodespecServer(state, worker, store)
-
-    @ls.feature(types.INITIALIZE)
-    def on_initialize(params: types.InitializeParams) -> None:
-        state.lifecycle.initialized = True  # pygls accepted it: now it counts
-        state.client_pid = params.process_id
-        experimental = params.capabilities.experimental
-        if isinstance(experimental, dict) and experimental.get("codespecVerdicts") is True:
-            state.ledger.client_reports_shown = True  # it sends codespec.didShow
-        apply_settings(ls, params.initialization_options)
-
-    @ls.feature(types.INITIALIZED)
-    async def on_initialized(params: types.InitializedParams) -> None:
-        window = ls.client_capabilities.window
-        supported = window is not None and bool(window.work_done_progress)
-        if supported and model_ready is not None and not model_ready.is_set():
-            await report_loading(ls, model_ready)
-
-    @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def on_configuration(params: types.DidChangeConfigurationParams) -> None:
-        settings = params.settings
-        if isinstance(settings, dict) and isinstance(settings.get("codespec"), dict):
-            settings = settings["codespec"]
-        apply_settings(ls, settings)
-
-    @ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def on_inline(params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        return await inline_completion(ls, params)
-
-    @ls.feature(CUSTOM_INLINE)
-    async def on_custom_inline(params: Any) -> types.InlineCompletionList:
-        try:
-            typed = ls.protocol._converter.structure(_as_dict(params), types.InlineCompletionParams)
-        except Exception:
-            raise JsonRpcInvalidParams("expected InlineCompletionParams") from None
-        return await inline_completion(ls, typed)
-
-    @ls.feature(CURSOR)
-    def on_cursor(params: Any) -> None:
-        """The plugins say where the cursor rests (a document shown, a jump, a pause)."""
-        given = _as_dict(params)
-        try:
-            uri = given["textDocument"]["uri"]
-            position = types.Position(
-                line=int(given["position"]["line"]), character=int(given["position"]["character"])
-            )
-        except (KeyError, TypeError, ValueError):
-            log.debug("codespec/cursor with malformed params: ignored")
-            return
-        doc = state.documents.get(uri)
-        if doc is not None:
-            schedule_warm(ls, doc.offset_at(position, ls.protocol.encoding), doc)
-
-    @ls.feature(STATS)
-    async def on_stats(params: Any) -> dict:
-        """The report ``codespec stats --json`` prints (``since``, ``language``, ``by`` as
-        there), with the daemon's live counters under ``daemon``."""
-        return await stats_reply(worker, store, _as_dict(params))
-
-    def verdict_command(command: str):
-        def on_command(*arguments) -> None:
-            state.ledger.explicit(command, list(arguments))
-
-        return on_command
-
-    for command in COMMANDS:  # advertised in executeCommandProvider by pygls
-        ls.command(command)(verdict_command(command))
-
-    @ls.feature(DOCUMENT)
-    def on_document(params: Any) -> dict:
-        """The server's copy of a document (for clients and tests to check their sync)."""
-        given = _as_dict(params)
-        uri = given.get("uri") if isinstance(given, dict) else None
-        doc = open_document(state, uri)
-        return {"uri": doc.uri, "version": doc.version, "text": doc.text}
-
+    ls = CodespecServer(state, worker, store, model_ready)
+    handlers.register(ls)
     return ls
-
-
-async def stats_reply(worker: Worker, store: Store | None, params: Any) -> dict:
-    given = params if isinstance(params, dict) else {}
-    since, language, by = given.get("since"), given.get("language"), given.get("by", "language")
-    reply: dict = {"daemon": worker_stats(worker)}
-    if store is None:
-        return {**reply, "store": None}
-
-    def read_report() -> dict:  # off the event loop: a long history takes a while
-        store.flush()
-        return store.read(lambda conn: report.query(conn, since, language, by))[1]
-
-    try:
-        built = await asyncio.to_thread(read_report)
-    except report.ReportError as exc:
-        raise JsonRpcInvalidParams(str(exc)) from None
-    return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
-
-
-async def report_loading(ls: CodespecServer, model_ready: threading.Event) -> None:
-    """``$/progress`` from begin to end while the daemon loads the model."""
-    token = f"codespec-loading-{ls.session.id}"
-    try:
-        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
-    except Exception:  # the client refused or did not answer: nothing to show
-        return
-    ls.work_done_progress.begin(
-        token, types.WorkDoneProgressBegin(title="codespec", message="loading the model")
-    )
-    await asyncio.to_thread(model_ready.wait)
-    ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="model ready"))
-
-
-def apply_settings(ls: CodespecServer, values: Any) -> None:
-    state = ls.session
-    if isinstance(values, dict) and isinstance(values.get("codespec"), dict):
-        values = values["codespec"]
-    state.settings, problems = merge(state.settings, values or None)
-    for problem in problems:
-        log.warning("session %s: %s", state.id, problem)
-        ls.window_show_message(
-            types.ShowMessageParams(types.MessageType.Warning, f"codespec: {problem}")
-        )
-
-
-def _as_dict(params: Any) -> Any:
-    """pygls hands custom-method params over as nested namedtuples; turn them back into dicts."""
-    if hasattr(params, "_asdict"):
-        return {k: _as_dict(v) for k, v in params._asdict().items()}
-    if isinstance(params, list):
-        return [_as_dict(v) for v in params]
-    return params
-
-
-def worker_stats(worker: Worker) -> dict:
-    s = worker.stats
-    latencies = sorted(s.latencies_s)
-    return {
-        "served": s.served,
-        "cancelled": s.cancelled,
-        "stale": s.stale,
-        "failed": s.failed,
-        "tokens": s.tokens,
-        "passes": s.passes,
-        "tokens_per_pass": s.tokens / s.passes if s.passes else None,
-        "latency_p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
-        "last_cancel": dict(s.last_cancel),
-        "last_prompt": dict(s.last_prompt),
-        "dropped": s.dropped,
-        "expired": s.expired,
-        "warmed": s.warmed,
-        "warm_tokens": s.warm_tokens,
-        "warm_preempted": s.warm_preempted,
-        "looked_ahead": s.looked_ahead,
-        "ahead_rows": s.ahead_rows,
-        "ahead_hits": s.ahead_hits,
-    }
 
 
 async def serve_connection(

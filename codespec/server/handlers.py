@@ -1,0 +1,213 @@
+"""The LSP handlers of a session: each a few lines over the typed server (``session.py``) and
+pure functions (``jobs.py`` for completions, ``config.py`` for settings, ``stats/`` for the
+report). ``register`` wires them into a fresh server.
+
+pygls hands a handler the server as its first argument when that argument is named ``ls``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+
+from ..stats import report
+from ..stats.verdicts import COMMANDS
+from .config import merge
+from .jobs import inline_completion, schedule_warm
+from .state import open_document
+from .worker import Worker
+
+if TYPE_CHECKING:  # session.py builds the server and registers these
+    from .session import CodespecServer
+
+log = logging.getLogger("codespec.session")
+CUSTOM_INLINE = "codespec/inlineCompletion"
+STATS = "codespec/stats"
+DOCUMENT = "codespec/document"
+CURSOR = "codespec/cursor"
+
+
+def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
+    state = ls.session
+    state.lifecycle.initialized = True  # pygls accepted it: now it counts
+    state.client_pid = params.process_id
+    experimental = params.capabilities.experimental
+    if isinstance(experimental, dict) and experimental.get("codespecVerdicts") is True:
+        state.ledger.client_reports_shown = True  # it sends codespec.didShow
+    apply_settings(ls, params.initialization_options)
+
+
+async def on_initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
+    window = ls.client_capabilities.window
+    supported = window is not None and bool(window.work_done_progress)
+    if supported and ls.model_ready is not None and not ls.model_ready.is_set():
+        await report_loading(ls)
+
+
+def on_configuration(ls: CodespecServer, params: types.DidChangeConfigurationParams) -> None:
+    apply_settings(ls, params.settings)
+
+
+async def on_inline(
+    ls: CodespecServer, params: types.InlineCompletionParams
+) -> types.InlineCompletionList:
+    return await inline_completion(ls, params)
+
+
+async def on_custom_inline(ls: CodespecServer, params: Any) -> types.InlineCompletionList:
+    """``codespec/inlineCompletion``: the same request for clients older than LSP 3.18."""
+    try:
+        typed = ls.protocol._converter.structure(as_dict(params), types.InlineCompletionParams)
+    except Exception:
+        raise JsonRpcInvalidParams("expected InlineCompletionParams") from None
+    return await inline_completion(ls, typed)
+
+
+def on_cursor(ls: CodespecServer, params: Any) -> None:
+    """The plugins say where the cursor rests (a document shown, a jump, a pause): warm there."""
+    given = as_dict(params)
+    try:
+        uri = given["textDocument"]["uri"]
+        position = types.Position(
+            line=int(given["position"]["line"]), character=int(given["position"]["character"])
+        )
+    except (KeyError, TypeError, ValueError):
+        log.debug("codespec/cursor with malformed params: ignored")
+        return
+    doc = ls.session.documents.get(uri)
+    if doc is not None:
+        schedule_warm(ls, doc.offset_at(position, ls.protocol.encoding), doc)
+
+
+async def on_stats(ls: CodespecServer, params: Any) -> dict:
+    """The report ``codespec stats --json`` prints (``since``, ``language``, ``by`` as there),
+    with the daemon's live counters under ``daemon``."""
+    return await stats_reply(ls, as_dict(params))
+
+
+def on_document(ls: CodespecServer, params: Any) -> dict:
+    """The server's copy of a document (for clients and tests to check their sync)."""
+    given = as_dict(params)
+    doc = open_document(ls.session, given.get("uri") if isinstance(given, dict) else None)
+    return {"uri": doc.uri, "version": doc.version, "text": doc.text}
+
+
+def verdict_handler(command: str):
+    """The handler of ``codespec.didShow`` or another verdict command (lsp/PROTOCOL.md,
+    "Verdicts"). pygls reads a command handler's signature to hand it the arguments, and
+    resolves its annotations: the server's type is only known here while type checking, so
+    ``ls`` goes unannotated."""
+
+    def on_verdict(ls, *arguments: Any) -> None:  # noqa: ANN001
+        ls.session.ledger.explicit(command, list(arguments))
+
+    return on_verdict
+
+
+FEATURES: list[tuple[str, Any, Any]] = [
+    (types.INITIALIZE, on_initialize, None),
+    (types.INITIALIZED, on_initialized, None),
+    (types.WORKSPACE_DID_CHANGE_CONFIGURATION, on_configuration, None),
+    (types.TEXT_DOCUMENT_INLINE_COMPLETION, on_inline, types.InlineCompletionOptions()),
+    (CUSTOM_INLINE, on_custom_inline, None),
+    (CURSOR, on_cursor, None),
+    (STATS, on_stats, None),
+    (DOCUMENT, on_document, None),
+]
+
+
+def register(ls: CodespecServer) -> None:
+    for method, handler, options in FEATURES:
+        ls.feature(method, options)(handler)
+    for command in COMMANDS:  # advertised in executeCommandProvider by pygls
+        ls.command(command)(verdict_handler(command))
+
+
+# -- what the handlers stand on ----------------------------------------------------------------
+
+
+def apply_settings(ls: CodespecServer, values: Any) -> None:
+    """Merge ``values`` (bare, or under ``codespec``) into the session's settings; warn the user
+    of each value that was refused (``config.merge`` keeps the old one)."""
+    state = ls.session
+    if isinstance(values, dict) and isinstance(values.get("codespec"), dict):
+        values = values["codespec"]
+    state.settings, problems = merge(state.settings, values or None)
+    for problem in problems:
+        log.warning("session %s: %s", state.id, problem)
+        ls.window_show_message(
+            types.ShowMessageParams(types.MessageType.Warning, f"codespec: {problem}")
+        )
+
+
+async def report_loading(ls: CodespecServer) -> None:
+    """``$/progress`` from begin to end while the daemon loads the model."""
+    assert ls.model_ready is not None
+    token = f"codespec-loading-{ls.session.id}"
+    try:
+        await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+    except Exception:  # the client refused or did not answer: nothing to show
+        return
+    ls.work_done_progress.begin(
+        token, types.WorkDoneProgressBegin(title="codespec", message="loading the model")
+    )
+    await asyncio.to_thread(ls.model_ready.wait)
+    ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="model ready"))
+
+
+async def stats_reply(ls: CodespecServer, params: Any) -> dict:
+    given = params if isinstance(params, dict) else {}
+    since, language, by = given.get("since"), given.get("language"), given.get("by", "language")
+    reply: dict = {"daemon": worker_stats(ls.worker)}
+    store = ls.store
+    if store is None:
+        return {**reply, "store": None}
+
+    def read_report() -> dict:  # off the event loop: a long history takes a while
+        store.flush()
+        return store.read(lambda conn: report.query(conn, since, language, by))[1]
+
+    try:
+        built = await asyncio.to_thread(read_report)
+    except report.ReportError as exc:
+        raise JsonRpcInvalidParams(str(exc)) from None
+    return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
+
+
+def worker_stats(worker: Worker) -> dict:
+    """The worker's live counters, as ``codespec/stats`` and the daemon's status report them."""
+    s = worker.stats
+    latencies = sorted(s.latencies_s)
+    return {
+        "served": s.served,
+        "cancelled": s.cancelled,
+        "stale": s.stale,
+        "failed": s.failed,
+        "tokens": s.tokens,
+        "passes": s.passes,
+        "tokens_per_pass": s.tokens / s.passes if s.passes else None,
+        "latency_p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
+        "last_cancel": dict(s.last_cancel),
+        "last_prompt": dict(s.last_prompt),
+        "dropped": s.dropped,
+        "expired": s.expired,
+        "warmed": s.warmed,
+        "warm_tokens": s.warm_tokens,
+        "warm_preempted": s.warm_preempted,
+        "looked_ahead": s.looked_ahead,
+        "ahead_rows": s.ahead_rows,
+        "ahead_hits": s.ahead_hits,
+    }
+
+
+def as_dict(params: Any) -> Any:
+    """pygls hands custom-method params over as nested namedtuples; turn them back into dicts."""
+    if hasattr(params, "_asdict"):
+        return {k: as_dict(v) for k, v in params._asdict().items()}
+    if isinstance(params, list):
+        return [as_dict(v) for v in params]
+    return params
