@@ -8,23 +8,75 @@ from pathlib import Path
 import pytest
 
 from codespec.server import config
-from codespec.server.config import ALIASES, Settings, load_file, merge
+from codespec.server.config import Settings, load_file, merge
 
-SCHEMA = json.loads((Path(__file__).parent.parent / "lsp" / "settings.schema.json").read_text())
+ROOT = Path(__file__).parent.parent
+SCHEMA = json.loads((ROOT / "lsp" / "settings.schema.json").read_text())
+VSCODE = json.loads((ROOT / "editor-plugins" / "vscode" / "package.json").read_text())
+EDITOR_ONLY = {"serverPath", "serverArgs", "trace.server"}  # the extension's own, not the server's
 
 
-def camel(name: str) -> str:
-    return {v: k for k, v in ALIASES.items()}.get(name, name)
-
-
-def test_schema_and_dataclass_agree():
-    defaults = Settings()
-    props = SCHEMA["properties"]
-    assert {camel(f.name) for f in fields(Settings)} == set(props)
+def declared() -> dict[str, dict]:
+    """Each setting as the dataclass declares it, written as JSON schema says it."""
+    out = {}
     for f in fields(Settings):
-        default = getattr(defaults, f.name)
-        schema_default = props[camel(f.name)]["default"]
-        assert (list(default) if isinstance(default, tuple) else default) == schema_default
+        default, limits = f.default, f.metadata
+        entry: dict = {"default": list(default) if isinstance(default, tuple) else default}
+        if limits["choices"]:
+            entry["enum"] = list(limits["choices"])
+        elif isinstance(default, bool):
+            entry["type"] = "boolean"
+        elif isinstance(default, int):
+            entry["type"] = "integer"
+        elif isinstance(default, float):
+            entry["type"] = "number"
+        elif isinstance(default, tuple):
+            entry |= {"type": "array", "items": {"type": "string"}}
+        if limits["low"] is not None:
+            entry["minimum"] = limits["low"]
+        if limits["high"] is not None:
+            entry["maximum"] = limits["high"]
+        out[config.camel_case(f.name)] = entry
+    return out
+
+
+def without_prose(entry: dict) -> dict:
+    return {
+        k: v for k, v in entry.items() if k not in ("description", "markdownDescription", "order")
+    }
+
+
+def test_the_schema_says_what_the_dataclass_declares():
+    """Names, types, defaults, minimum and maximum, choices: the same in lsp/ as in code."""
+    schema = {name: without_prose(entry) for name, entry in SCHEMA["properties"].items()}
+    assert schema == declared()
+
+
+def test_the_vscode_extension_offers_what_the_dataclass_declares():
+    properties = VSCODE["contributes"]["configuration"]["properties"]
+    offered = {
+        name.removeprefix("codespec."): without_prose(entry)
+        for name, entry in properties.items()
+        if name.removeprefix("codespec.") not in EDITOR_ONLY
+    }
+    assert offered == declared()
+
+
+@pytest.mark.parametrize("name", [n for n, e in declared().items() if "minimum" in e])
+def test_every_limit_holds_at_its_edge(name):
+    """The minimum and the maximum are taken; one step past either keeps the old value."""
+    entry = declared()[name]
+    step = 1 if entry["type"] == "integer" else 0.5
+    low, high = entry["minimum"], entry["maximum"]
+    for value in (low, high):
+        merged, problems = merge(Settings(), {name: value})
+        assert not problems and getattr(merged, config.ALIASES[name]) == value
+    for value in (low - step, high + step):
+        merged, problems = merge(Settings(), {name: value})
+        assert (
+            problems == [f"invalid value for {name}: {value!r}; keeping {entry['default']!r}"]
+            and merged == Settings()
+        )
 
 
 def test_bad_values_keep_the_previous_value():

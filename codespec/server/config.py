@@ -7,7 +7,7 @@ its previous value, so a typo never takes the daemon down.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,58 +16,51 @@ import platformdirs
 from ..files import MAX_SMALL_FILE_BYTES, FileError, read_text
 
 
+def setting(
+    default: Any,
+    low: float | None = None,
+    high: float | None = None,
+    choices: tuple[str, ...] = (),
+) -> Any:
+    """A setting's default and the values it takes: ``low <= value <= high`` for numbers, one
+    of ``choices`` for words. Declared here once; lsp/settings.schema.json and the VS Code
+    extension's contributed settings are tested against these (``tests/test_settings.py``)."""
+    return field(default=default, metadata={"low": low, "high": high, "choices": choices})
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a user can configure (see lsp/settings.schema.json)."""
 
-    enabled: bool = True
-    disabled_languages: tuple[str, ...] = ()
-    max_tokens: int = 64  # multi-line completions
-    line_max_tokens: int = 48  # single-line completions
-    max_lines: int = 24
-    multiline: str = "auto"  # auto | always | never
-    debounce_ms: int = 150  # a hint for the editor plugins
-    prefix_tokens: int = 1024
-    suffix_tokens: int = 256
-    extra_context_tokens: int = 1024
-    stop_rules: bool = True
-    speculate: bool = True
-    complete_mid_word: bool = False
-    prompt_seconds: float = 2.5  # size prompt windows to a cold prefill of this long; 0: off
-    warm_ahead: bool = True  # prefill where edits settle / the cursor rests, while idle
-    warm_delay_ms: int = 300  # how long they must rest first
-    look_ahead_keys: int = 8  # next keystrokes computed ahead while idle (lookahead.py); 0: off
+    enabled: bool = setting(True)
+    disabled_languages: tuple[str, ...] = setting(())
+    max_tokens: int = setting(64, 1, 1024)  # multi-line completions
+    line_max_tokens: int = setting(48, 1, 512)  # single-line completions
+    max_lines: int = setting(24, 1, 500)
+    multiline: str = setting("auto", choices=("auto", "always", "never"))
+    debounce_ms: int = setting(150, 0, 5000)  # a hint for the editor plugins
+    prefix_tokens: int = setting(1024, 16, 32768)
+    suffix_tokens: int = setting(256, 0, 32768)
+    extra_context_tokens: int = setting(1024, 0, 65536)
+    stop_rules: bool = setting(True)
+    speculate: bool = setting(True)
+    complete_mid_word: bool = setting(False)
+    # size prompt windows to a cold prefill of this long; 0: off
+    prompt_seconds: float = setting(2.5, 0, 600)
+    warm_ahead: bool = setting(True)  # prefill where edits settle / the cursor rests, while idle
+    warm_delay_ms: int = setting(300, 0, 60000)  # how long they must rest first
+    # next keystrokes computed ahead while idle (lookahead.py); 0: off
+    look_ahead_keys: int = setting(8, 0, 32)
 
 
-LIMITS = {
-    "max_tokens": (1, 1024),
-    "line_max_tokens": (1, 512),
-    "max_lines": (1, 500),
-    "debounce_ms": (0, 5000),
-    "prefix_tokens": (16, 32768),
-    "suffix_tokens": (0, 32768),
-    "extra_context_tokens": (0, 65536),
-    "prompt_seconds": (0, 600),
-    "warm_delay_ms": (0, 60000),
-    "look_ahead_keys": (0, 32),
-}
-CHOICES = {"multiline": ("auto", "always", "never")}
-ALIASES = {
-    "maxTokens": "max_tokens",
-    "lineMaxTokens": "line_max_tokens",
-    "maxLines": "max_lines",
-    "debounceMs": "debounce_ms",
-    "prefixTokens": "prefix_tokens",
-    "suffixTokens": "suffix_tokens",
-    "extraContextTokens": "extra_context_tokens",
-    "stopRules": "stop_rules",
-    "disabledLanguages": "disabled_languages",
-    "completeMidWord": "complete_mid_word",
-    "promptSeconds": "prompt_seconds",
-    "warmAhead": "warm_ahead",
-    "warmDelayMs": "warm_delay_ms",
-    "lookAheadKeys": "look_ahead_keys",
-}
+def camel_case(name: str) -> str:
+    """The name a setting has on the wire and in editors: ``max_tokens`` -> ``maxTokens``."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+SETTINGS = {f.name: f for f in fields(Settings)}
+ALIASES = {camel_case(name): name for name in SETTINGS}  # camelCase -> field name
 
 
 def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list[str]]:
@@ -78,16 +71,14 @@ def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list
         return base, []
     if not isinstance(values, dict):
         return base, [f"settings must be an object, got {type(values).__name__}"]
-    known = {f.name for f in fields(Settings)}
     changes: dict[str, Any] = {}
     problems: list[str] = []
     for raw_key, value in values.items():
         key = ALIASES.get(raw_key, raw_key)
-        if key not in known:
+        if key not in SETTINGS:
             problems.append(f"unknown setting {raw_key!r} ignored")
             continue
-        default = getattr(Settings(), key)
-        ok = _valid(key, value, default)
+        ok = _valid(SETTINGS[key], value)
         if ok is None:
             problems.append(
                 f"invalid value for {raw_key}: {value!r}; keeping {getattr(base, key)!r}"
@@ -97,21 +88,24 @@ def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list
     return replace(base, **changes), problems
 
 
-def _valid(key: str, value: Any, default: Any) -> Any | None:
+def _valid(declared: Field, value: Any) -> Any | None:
+    """``value`` as the setting ``declared`` holds it, or None when it does not fit."""
+    default, limits = declared.default, declared.metadata
     if isinstance(default, bool):
         return value if isinstance(value, bool) else None
-    if isinstance(default, float):
-        low, high = LIMITS.get(key, (0, 1 << 30))
-        if isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high:
-            return float(value)
-        return None
-    if isinstance(default, int):
-        low, high = LIMITS.get(key, (0, 1 << 30))
-        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
-            return value
-        return None
+    if isinstance(default, int | float):
+        kinds = int if isinstance(default, int) else int | float
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return None
+        if limits["low"] is not None and value < limits["low"]:
+            return None
+        if limits["high"] is not None and value > limits["high"]:
+            return None
+        return type(default)(value)
     if isinstance(default, str):
-        return value if value in CHOICES.get(key, (value,)) and isinstance(value, str) else None
+        if not isinstance(value, str) or (limits["choices"] and value not in limits["choices"]):
+            return None
+        return value
     if isinstance(default, tuple):
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
