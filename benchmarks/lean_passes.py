@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
+from codespec.machine import cpu_kind, cpu_model  # noqa: E402
 from codespec.runtime import LoadedPair, load_pair  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
+from codespec.machine import cpu_kind, cpu_model  # noqa: E402
 from codespec.quant.layers import QuantLinear, quantize_int4, quantize_int8  # noqa: E402
 
 HIDDEN, INTERMEDIATE, KV, LAYERS, VOCAB = 1536, 8960, 256, 28, 151936

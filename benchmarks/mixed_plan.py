@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
+from codespec.machine import cpu_kind, cpu_model  # noqa: E402
 from codespec.models import load_manifest  # noqa: E402
 from codespec.quant.fusion import FUSE_GROUPS, stacked  # noqa: E402
 from codespec.quant.kernels import TWO_DIGIT_PROJECTIONS  # noqa: E402

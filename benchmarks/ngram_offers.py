@@ -4,12 +4,14 @@ For every position of the greedy completions recorded in a bench JSON (each hole
 rebuilt from the corpus, the completion tokenized again), this asks the n-gram proposer for
 its best span, as the decode loop would, and checks it against the completion: was the first
 token kept, and how many after it. The rates by match-length bucket and support
-(``engine/ngram.py``) are the priors in ``engine/policy.py``. Holes also listed in
+(``engine/ngram.py``) are the priors in ``engine/acceptance.py``. Holes also listed in
 ``--split-by`` (the 39-hole tables) are counted apart from the rest, so that the priors can
 be taken from holes the tables do not use. No model runs: only the tokenizer is loaded.
+(The priors were taken from an 86-hole run's completions, ``git show 86d9cca:docs/bench.json``;
+the defaults now read the runs kept in ``docs/``, whose completions differ from that one's.)
 
-    .venv/bin/python benchmarks/ngram_offers.py [--from docs/bench.json]
-        [--split-by docs/bench-avx2-memory.json] [--json bench-out/ngram-offers.json]
+    .venv/bin/python benchmarks/ngram_offers.py [--from docs/bench-avx512.json]
+        [--split-by docs/bench-avx2.json] [--json bench-out/ngram-offers.json]
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def rates(offers: list[dict]) -> dict[str, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from", dest="recorded", default="docs/bench.json")
-    ap.add_argument("--split-by", default="docs/bench-avx2-memory.json")
+    ap.add_argument("--from", dest="recorded", default="docs/bench-avx512.json")
+    ap.add_argument("--split-by", default="docs/bench-avx2.json")
     ap.add_argument("--json", default="bench-out/ngram-offers.json")
     args = ap.parse_args()
     pair = tokenizing_pair()

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from codespec.bench.main import cpu_kind, cpu_model  # noqa: E402
+from codespec.machine import cpu_flags, cpu_kind, cpu_model  # noqa: E402
 from codespec.quant.layers import (  # noqa: E402
     ACTIVATION_ZERO,
     prepack_w8a8,
@@ -69,8 +69,7 @@ def main() -> None:
     ap.add_argument("--json", default="bench-out/w8a8-backends.json")
     args = ap.parse_args()
     widths = [int(r) for r in args.rows.split(",")]
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    amx = "amx_int8" in flags
+    amx = "amx_int8" in cpu_flags()
     print(f"{cpu_model()} ({cpu_kind()}, AMX int8: {amx}), {torch.get_num_threads()} threads")
     report = {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "amx_int8": amx, "projections": {}}
     totals = {b: dict.fromkeys(widths, 0.0) for b in ("fbgemm", "onednn")}

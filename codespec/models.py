@@ -31,6 +31,7 @@ from typing import Any
 
 import platformdirs
 
+from . import machine
 from .files import FileError, read_text
 
 REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -368,16 +369,6 @@ def resolve_source(
 # Device and dtype policy, loading
 
 
-def cpu_has_native_bf16() -> bool:
-    """True when this processor computes bf16 natively (x86 avx512_bf16/amx, Arm bf16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return sys.platform == "darwin"  # Apple silicon has bf16 (M2 and later); best effort
-    words = set(flags.split())
-    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
-
-
 def quantize_mode(manifest: PairManifest, device: str, override: str | None = None) -> str:
     """How the models of a pair run on ``device``: "off" (dense weights), "auto" (weight-only
     int4/int8 for GGUF sources, whose weights were quantized by their publisher; kernels
@@ -412,7 +403,7 @@ def choose_device_dtype(policy: dict[str, str], device: str | None = None) -> tu
     kind = "cuda" if device.startswith("cuda") else "cpu"
     name = policy.get(kind, "auto")
     if name == "auto":
-        name = "bfloat16" if kind == "cuda" or cpu_has_native_bf16() else "float32"
+        name = "bfloat16" if kind == "cuda" or machine.has_native_bf16() else "float32"
     if name not in ("bfloat16", "float16", "float32"):
         raise ModelError(f"unsupported dtype {name!r} in the pair manifest")
     return device, getattr(torch, name)

@@ -384,7 +384,7 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
 
 
 def test_the_memory_line_says_when_the_peak_was_reached():
-    from codespec.bench.main import memory_text
+    from codespec.bench.docs import memory_text
 
     def memory(loaded: float, peak: float) -> dict:
         return {

@@ -91,11 +91,34 @@ def test_pickle_only_folder_is_refused(tmp_path):
         models.resolve_source(src, "")
 
 
+AVX2_CPUINFO = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
+BF16_CPUINFO = "model name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16\n"
+
+
 def test_cpu_dtype_policy(monkeypatch):
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
+    from codespec import machine
+
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: AVX2_CPUINFO)
     import torch
 
     assert models.choose_device_dtype({"cpu": "auto"}, "cpu") == ("cpu", torch.float32)
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: BF16_CPUINFO)
     assert models.choose_device_dtype({"cpu": "auto"}, "cpu") == ("cpu", torch.bfloat16)
     assert sys.modules["codespec.models"] is models
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, kind, model",
+    [
+        (AVX2_CPUINFO, "AVX2 (no AVX-512)", "AMD EPYC"),
+        (BF16_CPUINFO, "AVX-512 with bf16", "Intel Xeon"),
+        ("model name\t: Xeon\nflags\t\t: avx2 avx512f avx512bw\n", "AVX-512 (no bf16)", "Xeon"),
+    ],
+)
+def test_the_machine_is_told_by_its_flags(monkeypatch, cpuinfo, kind, model):
+    from codespec import machine
+
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: cpuinfo)
+    assert machine.cpu_kind() == kind and machine.cpu_model() == model
+    assert set(machine.kernel_flags()) <= machine.cpu_flags()
+    assert "sse2" not in machine.kernel_flags() and "avx2" in machine.kernel_flags()

@@ -10,10 +10,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from .. import machine
 from ..files import FileError, read_text
 from ..languages import LANGUAGES
 from ..memory import return_freed_memory
 from . import corpus, report, sources
+from .docs import bets_text, write_docs
+from .peer import peer_lines
 from .runner import BenchSettings, peak_memory_mb, run_hole
 
 MAX_JSON_BYTES = 256 << 20
@@ -114,7 +117,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()
     log(
-        f"{cpu_kind()}: {pair.quantization}; prefill {pair.engine.prefill_rate:.0f} tokens/s; "
+        f"{machine.cpu_kind()}: {pair.quantization}; "
+        f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
         f"one-row passes exact: {not pair.engine.pad_single_row}"
     )
     settings = BenchSettings(max_tokens=max_tokens)
@@ -130,8 +134,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
     result = dict(
         command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
         machine=dict(
-            cpu=cpu_model(),
-            cpu_kind=cpu_kind(),
+            cpu=machine.cpu_model(),
+            cpu_kind=machine.cpu_kind(),
             device=pair.device,
             dtype=pair.dtype,
             quantization=pair.quantization,
@@ -174,45 +178,6 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
-def sample_text(result: dict) -> str:
-    settings = result["settings"]
-    if "--holes-from" in (result.get("command") or ""):
-        return f"{len(result['corpus']['holes'])} holes recut from a saved run's corpus"
-    return f"Seed {settings['seed']}, {settings['per_kind']} hole(s) per language and kind"
-
-
-def window_text(settings: dict) -> str:
-    limits = f"{settings['prefix_tokens']} / {settings['suffix_tokens']} tokens"
-    seconds = settings.get("prompt_seconds") or 0
-    if not seconds:
-        return f"{limits} (fixed)"
-    return f"sized to a {seconds:g} s cold prefill within {limits} (the daemon's default)"
-
-
-def cpu_model() -> str:
-    for line in _cpuinfo().splitlines():
-        if line.startswith("model name") and ":" in line:
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def cpu_kind() -> str:
-    """Which kind of x86 CPU the figures come from: it decides which kernels are fast."""
-    flags = set(_cpuinfo().split())
-    if "avx512_bf16" in flags or "amx_bf16" in flags:
-        return "AVX-512 with bf16"
-    if "avx512f" in flags:
-        return "AVX-512 (no bf16)"
-    return "AVX2 (no AVX-512)" if "avx2" in flags else platform.machine()
-
-
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
 def progress_line(i: int, n: int, row: dict) -> str:
     h, spec, plain = row["hole"], row["spec"], row["plain"]
     rate = report.rate
@@ -222,47 +187,6 @@ def progress_line(i: int, n: int, row: dict) -> str:
         f"{spec['tokens'] / spec['passes']:4.2f} tok/pass  exact={row['exact']!s:5} "
         f"match={row['exact_match']!s:5} sim={row['edit_similarity']:.2f} "
         f"parses={row['parse_ok']!s:5} ttft {row['ttft_ms']:.0f}/{row['cold_ttft_ms']:.0f} ms"
-    )
-
-
-def priced_text(result: dict) -> str:
-    """The docs line saying what ``priced`` means, with this run's pass prices."""
-    prices = result.get("pass_prices_ms")
-    if not prices:
-        return "- priced: not measured (this run's JSON does not keep each hole's passes)."
-    return (
-        "- priced: the same ratio with every decode pass of both runs at the median time of all "
-        "passes of its width in this run (ms: "
-        + ", ".join(f"{w}: {ms:.0f}" for w, ms in prices.items())
-        + "): what the policy chose (how many passes, how wide), without the machine's timing "
-        f"noise; a hole's measured speedup strays from its priced one by "
-        f"{report.fmt(result.get('timing_noise'), '{:.0%}')} (median)."
-    )
-
-
-def below_one_text(below: dict | None) -> str:
-    """The docs line naming the slices under 1.0x, measured and priced (with what the priced
-    ones' bets kept, where the run's JSON has them)."""
-    if below is None:
-        return "- Slices below 1.0x: not recorded in this run's JSON."
-    measured = ", ".join(below["speedup"]) or "none"
-    priced = ", ".join(below["priced_speedup"]) or "none"
-    bets = "; ".join(below.get("priced_bets", []))
-    bets = f" (their bets: {bets})" if bets else ""
-    return f"- Language x kind slices below 1.0x: measured {measured}; priced {priced}{bets}."
-
-
-def bets_text(result: dict) -> str:
-    """The docs line on the policy's bets: all of them against what was expected, and how
-    often a first token was kept by its predicted rate."""
-    calibration = result.get("bet_calibration")
-    if not calibration:
-        return "- The policy's bets: not recorded in this run's JSON."
-    bets = result["overall"]["bets"]
-    return (
-        f"- The policy's bets (passes that verified proposed tokens): {report.bet_text(bets)}, "
-        "bonus tokens not counted; first token kept, predicted -> measured, by predicted "
-        f"rate: {report.calibration_text(calibration)}."
     )
 
 
@@ -311,103 +235,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 def peer_table(peer: dict, weights: str = "") -> str:
-    from .peer import peer_lines
-
     return "\n".join(peer_lines(peer, weights))
-
-
-def write_docs(result: dict, docs: Path) -> None:
-    """Regenerate the bench section of docs/benchmarks.md and its plots."""
-    s = result["overall"]
-    try:
-        pngs = report.plot(result, docs.parent / "img")
-        images = [f"![{p.stem}](img/{p.name})" for p in pngs]
-    except ImportError:
-        images = ["(plots skipped: matplotlib is not installed)"]
-    settings, costs = result["settings"], result["costs"]
-    passes = sorted(costs["target_pass_s"].items(), key=lambda item: int(item[0]))
-    widths = ", ".join(f"{w}: {v:.3f}" for w, v in passes)
-    lines = [
-        "<!-- bench:start (regenerated by `codespec bench --write-docs`) -->",
-        f"Generated by `{result['command'] or 'codespec bench'}`; figures from one run.",
-        "",
-        f"Machine: {result['machine']['cpu']}, {result['machine']['threads']} threads, "
-        f"{result['machine']['device']} / {result['machine']['dtype']}, torch "
-        f"{result['machine']['torch']}. Model: {result['model']}. {sample_text(result)}, at most "
-        f"{settings['max_tokens']} new tokens, prompt windows {window_text(settings)}, stop "
-        f"rules on. CPU kind: {result['machine'].get('cpu_kind', '?')}; weights: "
-        f"{result['machine'].get('quantization', '?')}.",
-        "",
-        *report.markdown_table(result),
-        "",
-        "- speedup: speculative tokens/s over plain tokens/s, both greedy on the same engine and "
-        "warm cache, measured side by side (aggregate over the slice's tokens); exact: share of "
-        "holes where the speculative output is token-identical to plain greedy.",
-        priced_text(result),
-        below_one_text(result.get("slices_below_one")),
-        bets_text(result),
-        "- ttft: a keystroke at the cursor (the cached prompt is extended); cold ttft: the first "
-        "request at a new place (full prefill); total: the whole speculative completion with "
-        "the prompt cached.",
-        "- exact-match / edit-sim (normalized Levenshtein similarity) compare the completion with "
-        "the removed text; parses: the file parses after inserting the completion.",
-        f"- Overall: speedup median {report.fmt(s.get('speedup_median'), '{:.2f}x')}; proposed / "
-        f"accepted tokens: n-gram {s['proposed']['ngram']} / {s['accepted']['ngram']}, draft "
-        f"{s['proposed']['draft']} / {s['accepted']['draft']}; passes with the draft running: "
-        f"{s['draft_passes']}; policy decisions {s['draft_decisions']}.",
-        f"- Target pass cost by width, the policy's running averages at the end (s; noisy on a "
-        f"shared machine): {widths}; draft step / one-token pass: "
-        f"{report.fmt(costs['draft_cost_ratio'], '{:.2f}')}.",
-        memory_text(result["memory"], result["load_s"]),
-        "- Mismatches between speculative and plain greedy: "
-        + (", ".join(s["mismatches"]) or "none")
-        + ". Row-wise attention and row-wise kernels (int4/int8; dense GEMMs get a padding "
-        "row where a one-row pass rounds differently) make a position's logits independent of "
-        "the pass width (`codespec/engine/attention.py`): any mismatch is a bug; the gap shown "
-        "is the target's top-2 logit gap where it starts.",
-        "",
-        *images,
-        "",
-    ]
-    if "peer" in result:
-        from .peer import peer_lines
-
-        weights = result["machine"].get("quantization", "")
-        lines += [
-            "### Peer: llama.cpp on the same holes",
-            "",
-            *peer_lines(result["peer"], weights),
-            "",
-        ]
-    lines += [
-        f"Corpus: {len(result['corpus']['holes'])} holes from "
-        + ", ".join(sorted({src["label"] for src in result["corpus"]["sources"]}))
-        + "; every hole's package, file, sha256 and offsets are in the JSON (`corpus.holes`).",
-        *(["Skipped: " + "; ".join(result["missing"]) + "."] if result["missing"] else []),
-        "<!-- bench:end -->",
-    ]
-    replace_section(docs, "bench", "\n".join(lines))
-
-
-def memory_text(memory: dict, load_s: float) -> str:
-    """The docs' memory line. The peak is the process's highest resident size: it is said to
-    be during loading only where it was already reached when loading ended."""
-    after, peak = memory["after_load"], memory["peak"]
-    when = "during loading" if peak["rss_mb"] <= after["rss_mb"] else "after loading"
-    return (
-        f"- Memory: RSS {report.fmt(after.get('rss_now_mb'), '{:.0f}')} MB after loading, "
-        f"{report.fmt(peak.get('rss_now_mb'), '{:.0f}')} MB at the end, peak "
-        f"{peak['rss_mb']:.0f} MB ({when}); loading the prepared pair {load_s:.1f} s."
-    )
-
-
-def replace_section(path: Path, name: str, text: str) -> None:
-    """Put ``text`` between the ``name`` markers of ``path``, keeping the rest of the file."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    start, end = f"<!-- {name}:start", f"<!-- {name}:end -->"
-    if start in old and end in old:
-        head, rest = old.split(start, 1)
-        tail = rest.split(end, 1)[1]
-        path.write_text(head + text + tail)
-    else:
-        path.write_text(old.rstrip("\n") + "\n\n" + text + "\n")

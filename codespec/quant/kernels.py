@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from .. import machine
 from .layers import (
     Int4Weight,
     QuantLinear,
@@ -106,17 +106,8 @@ def input_digits(kernel: str, proj: str) -> int:
 
 def machine_fingerprint() -> str:
     """Processor model and the flags that change kernels, torch version, thread count."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith(("flags", "Features")) and ":" in line:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c", "sve", "bf16")))
-    text = f"{model}|{' '.join(keep)}|{torch.__version__}|{torch.get_num_threads()}"
+    flags = " ".join(machine.kernel_flags())
+    text = f"{machine.cpu_model()}|{flags}|{torch.__version__}|{torch.get_num_threads()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
