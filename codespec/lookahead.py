@@ -2,13 +2,12 @@
 
 Typing a character of the ghost text costs nothing (the rest of it stays shown). Typing any
 other character needs a target pass over the prompt's new last token(s) before the first
-token of the new completion exists: on a 2-core CPU ~100 ms. The likeliest such characters are
-the first characters of the tokens the model itself ranks high at the cursor, so while the
-user reads the ghost text, the daemon computes those prompts' rows as token trees
-(``engine.Engine.look_ahead``); a request that comes with one of them starts from its logits.
-On the embedded pair, at 36 places in five files (Python, Rust, JavaScript, Lua), the character
-typed was among the 8 likeliest other characters at 60% of the 124 keystrokes that needed the
-model, among the 3 likeliest at 35% (``benchmarks/next_keys.py``).
+token of the new completion exists: on a CPU, the better part of a keystroke's wait. The
+likeliest such characters are the first characters of the tokens the model itself ranks high at
+the cursor, so while the user reads the ghost text, the daemon computes those prompts' rows as
+token trees (``engine.Engine.look_ahead``); a request that comes with one of them starts from
+its logits. How often the typed character is among the few likeliest is measured by
+``benchmarks/next_keys.py`` (``docs/benchmarks.md``, "Measurements behind the code").
 """
 
 from __future__ import annotations

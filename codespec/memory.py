@@ -35,8 +35,9 @@ def return_freed_memory(collect: bool = False) -> None:
 def freeze_resident_objects() -> None:
     """Move every object alive now (a loaded pair: its modules, tokenizer, config) out of the
     cyclic garbage collector's generations. Python's occasional full collection walks every
-    tracked object, ~360,000 after loading the default pair: ~185 ms on a 2-core CPU, holding
-    the interpreter lock, so a keystroke's request waited for it. Frozen objects are still freed
-    by reference counting; only cycles among them would stay (call after loading, once)."""
+    tracked object, and a loaded pair leaves hundreds of thousands: the walk holds the
+    interpreter lock long enough for a keystroke's request to wait for it (``docs/benchmarks.md``,
+    "Measurements behind the code"). Frozen objects are still freed by reference counting; only
+    cycles among them would stay (call after loading, once)."""
     gc.collect()
     gc.freeze()

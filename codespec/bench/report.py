@@ -25,11 +25,12 @@ def rate(run: dict) -> float:
 
 # -- pricing passes: the speedup without the machine's timing noise ----------------------------
 #
-# On a shared 2-core machine one pass's time moves by +-10-30% from one second to the next, so
-# a slice of one or two short completions can come out a few percent either side of 1.0x for
-# reasons that have nothing to do with speculation. Pricing each run's passes at the median
-# time of all passes of that width in the whole run (both modes, every hole) removes that
-# noise and keeps what the speculation policy did: how many passes, how wide.
+# On a shared machine one pass's time moves from one second to the next (``docs/benchmarks.md``,
+# "Measurements behind the code"), so a slice of one or two short completions can come out a
+# few percent either side of 1.0x for reasons that have nothing to do with speculation.
+# Pricing each run's passes at the median time of all passes of that width in the whole run
+# (both modes, every hole) removes that noise and keeps what the speculation policy did: how
+# many passes, how wide.
 
 
 def pass_prices(rows: list[dict]) -> dict[int, float]:

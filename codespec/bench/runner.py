@@ -6,10 +6,10 @@ For each hole, on the resident pair:
    the full prefill, i.e. the time to first token after a jump to another place;
 2. plain and speculative greedy decoding on the same warm cache, in alternating order, with the
    stop rules on: their outputs are compared token by token, their speeds as a ratio. A short
-   completion takes a few passes, and one pass's noise (+-10-15% on a shared 2-core machine)
-   would swing its ratio as much: completions under ``ROUND_TOKENS`` tokens are timed in up to
-   ``MAX_ROUNDS`` rounds, each from the speculation policy's state before the first (the same
-   decisions, probes included), and their median times kept;
+   completion takes a few passes, and one pass's noise (``docs/benchmarks.md``, "Measurements
+   behind the code") would swing its ratio as much: completions under ``ROUND_TOKENS`` tokens
+   are timed in up to ``MAX_ROUNDS`` rounds, each from the speculation policy's state before
+   the first (the same decisions, probes included), and their median times kept;
 3. warm: the user types one to three characters of the removed text at the cursor; the cached
    prompt is extended (KV reuse) and the time to first token measured.
 """

@@ -1,11 +1,12 @@
 """A lean forward pass for Qwen2- and Llama-style decoders, bit-identical to Hugging Face's.
 
-A one-row decode pass on a 2-core CPU is ~70% quantized GEMMs; most of the rest is per-call
+Most of a one-row decode pass on a CPU is quantized GEMMs; most of the rest is per-call
 overhead, and Hugging Face's generic forward adds its own on every pass and layer (keyword
 plumbing through decorators, a causal mask built and then ignored by row-wise attention,
 output records). This module runs the same layers with the same tensor ops in the same order,
-so the logits are the same bits (``tests/engine/test_decoder.py`` compares them), for 3-8%
-less time a pass (the 1.5B target on a 2-core AVX2 CPU, ``benchmarks/decoder_pass.py``).
+so the logits are the same bits (``tests/engine/test_decoder.py`` compares them), in less time
+a pass (``benchmarks/decoder_pass.py`` measures it; ``docs/benchmarks.md``, "Measurements
+behind the code").
 
 One pass, for token ids ``x`` at positions ``p`` (``cached`` keys/values before them)::
 

@@ -3,10 +3,11 @@
 What is fast differs by processor: with AVX-512 bf16 the kernels take bf16 activations
 natively; on an AVX2-only CPU bf16 is emulated, yet torch's weight-only int4/int8 kernels are
 still several times faster with bf16 activations than with float32 (they convert internally);
-fbgemm's integer kernel (``w8a8``, int8 activations too) beats both on AVX2 by 2-4x; and which
-wins depends on the layer's shape and the pass width. So the first load on a machine times
-real layers of the model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for
-every (dtype, kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
+fbgemm's integer kernel (``w8a8``, int8 activations too) beats both on AVX2
+(``docs/benchmarks.md``, "Measurements behind the code"); and which wins depends on the
+layer's shape and the pass width. So the first load on a machine times real layers of the
+model (two decoder layers and the LM head) at pass widths 1, 2, 4 and 8 for every (dtype,
+kernel) pair, keeps the decision in the cache (keyed by processor, flags, torch
 version and threads) and every later start reads it back. An 8-bit kernel holds twice the
 memory of int4, so it is chosen only where it is clearly faster (``INT8_MUST_WIN_BY``): int8
 layer by layer, w8a8 for the whole model (see ``measure``).
@@ -41,15 +42,14 @@ DTYPES = ("bfloat16", "float32")
 # int8 and w8a8 take twice the memory of int4: use them only when clearly faster
 INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
-# "auto" chooses among all three. w8a8 was opt-in until the resident pair fit 2.5 GB with it
-# (a released draft is now freed at once, and parked KV caches have a byte budget).
+# "auto" chooses among all three (w8a8's memory is within the budget: a released draft is freed
+# at once, and parked KV caches have a byte budget).
 PLAN_FORMAT = 5  # 4: auto may choose w8a8; 5: w8a8 timed with two-digit inputs where used
-# w8a8 layers whose input goes in two 8-bit digits (``layers.py``). Measured against the dense
-# float32 model (900 prompt positions of Rust, Python and TypeScript, the 1.5B target on AVX2):
-# one digit everywhere, mean KL 0.039 (top token agreed at 93.9% of positions); two digits
-# into ``down_proj`` and the LM head, KL 0.032 (94.8%); into every layer, KL 0.007 (96.0%), at
-# twice the prefill cost. The LM head runs on one row a pass at prefill, and a decode pass is
-# bound by memory: there the second digit is nearly free.
+# w8a8 layers whose input goes in two 8-bit digits (``layers.py``): the two whose inputs have the
+# heaviest tails. Two digits everywhere come closer still to the float model but double the
+# prefill cost; for these two the LM head runs on one row a pass at prefill, and a decode pass
+# is bound by memory, where the second digit is nearly free (``docs/benchmarks.md``,
+# "Measurements behind the code", has the divergences measured for each choice).
 TWO_DIGIT_PROJECTIONS = ("down_proj", "lm_head")
 
 
@@ -155,7 +155,8 @@ def measure(
 
     w8a8 holds twice the memory of int4, so it must win by ``INT8_MUST_WIN_BY``. A kernel whose
     one-row pass is over twice the best one-row pass in its dtype is not timed at the wider
-    widths (float32 int4 is ~10x slower than w8a8 on AVX2: no need to wait)."""
+    widths: the gaps between kernels are far wider than that (``docs/benchmarks.md``,
+    "Measurements behind the code"), so waiting for them would only slow the first load."""
     t0 = time.perf_counter()
     by_proj: dict[str, list[tuple[QuantWeight, torch.Tensor | None]]] = {}
     for name in weights:

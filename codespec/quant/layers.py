@@ -16,8 +16,9 @@ Two stored forms, both plain tensors (safetensors, never pickle):
 * ``int4``: int4 weights, float activations (tinygemm);
 * ``int8``: int8 weights, float activations (``_weight_int8pack_mm``);
 * ``w8a8``: int8 weights and int8 activations, integer dot products (fbgemm, through torch's
-  quantized engine; on AVX2 it is 2-4x faster than the two above, at the memory-bandwidth
-  floor for one row). Each input row is rounded to 8 bits with its own scale::
+  quantized engine; on the CPUs measured, several times faster than the two above:
+  ``docs/benchmarks.md``, "Measurements behind the code"). Each input row is rounded to 8 bits
+  with its own scale::
 
       step = max|x_row| / 127,  x_row ~= step * a  with a in -127..127
       y_row = step * (a . q) * scale          (a . q summed exactly in int32)
@@ -34,7 +35,7 @@ Two stored forms, both plain tensors (safetensors, never pickle):
   row's result is the same bits in a pass of any width.
 
   Inputs with heavy tails lose most to that rounding (the MLP's ``down_proj`` sees rows whose
-  largest value is 20-45x their root mean square). Such a layer can take its input in two 8-bit
+  largest value is many times their root mean square). Such a layer can take its input in two 8-bit
   digits: the row rounded as above, and what the rounding left, scaled by 254 and rounded again::
 
       x_row / step = hi + lo / 254      hi, lo in -127..127   (error ~1/254 of one digit's)
@@ -137,10 +138,10 @@ def quantize_int8(weight: torch.Tensor, levels: int = 127) -> Int8Weight:
 
 def requantize_int8(weight: QuantWeight, levels: int, rows: int = 2048) -> Int8Weight:
     """``quantize_int8`` of the dequantized weight, a block of rows at a time into one output
-    (the LM head in float32 would be ~1 GB at once, and its blocks plus their concatenation
-    another 233 MB of int8 codes). An int8 weight already quantized to ``levels`` (its
-    ``levels`` says so) is returned as it is: requantizing it gives the same codes and scales
-    again."""
+    (the LM head in float32 would be the whole vocabulary times the hidden size at once, and
+    its blocks plus their concatenation as many int8 codes again). An int8 weight already
+    quantized to ``levels`` (its ``levels`` says so) is returned as it is: requantizing it
+    gives the same codes and scales again."""
     if isinstance(weight, Int8Weight) and weight.levels == levels:
         return weight
     n, k = weight.q.shape
@@ -180,7 +181,7 @@ INT4_PACK_BLOCK = 64
 def pack_int4(q: torch.Tensor, rows: int = 2048) -> torch.Tensor:
     """4-bit codes (N, K) in the int4 kernel's packed layout, (N, K / 2) bytes. The op takes
     int32 codes: converted ``rows`` at a time (a multiple of ``INT4_PACK_BLOCK``), the LM
-    head's transient is 12 MB, not 933 MB (see ``tests/test_quant.py``)."""
+    head's transient is a block's, not the whole head's (see ``tests/test_quant.py``)."""
     if rows % INT4_PACK_BLOCK:
         raise ValueError(f"int4 codes pack in blocks of {INT4_PACK_BLOCK} rows, not {rows}")
     n, k = q.shape

@@ -51,8 +51,8 @@ class StoredWeights(Mapping):
     holds more than one unpacked weight beside the model being built.
 
     The file is mapped only while a weight is read: a mapping held for the whole load counted
-    every page read so far in the process's resident size (1.5 GB at the end of loading the
-    default target, on top of the model itself)."""
+    every page read so far in the process's resident size, on top of the model itself
+    (``docs/benchmarks.md``, "Measurements behind the code")."""
 
     def __init__(self, folder: Path) -> None:
         self._path = str(folder / WEIGHTS_FILE)
@@ -107,8 +107,8 @@ def quantize_dense(
 # a weight this large (the embeddings, the LM head) is built alone, on a trimmed heap
 LARGE_WEIGHT_ELEMENTS = 32 * 2**20
 # Layers built at a time. Most of a layer's build is single ops that release the GIL (reading
-# and requantizing its weight, and fbgemm's prepacking, which runs on one core at ~170 MB/s:
-# 9 of the 21 s it took to build the default target on a 2-core CPU, one layer after another).
+# and requantizing its weight, and fbgemm's prepacking, which runs on one core and was the
+# largest share of the build: ``docs/benchmarks.md``, "Measurements behind the code").
 LOAD_WORKERS = 2
 
 Build = Callable[[], Any]
