@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +17,10 @@ from .files import MAX_DOCUMENT_BYTES, FileError, read_text
 from .models import DEFAULT_PAIR, ModelError
 
 EXIT_USAGE = 2
+DIGITS = re.compile(r"[0-9]{1,9}")
+DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]{1,3})?")
+# flags that set a setting: checked by the setting's own limits (server/config.py)
+SETTING_FLAGS = ("max_tokens", "prefix_tokens", "suffix_tokens")
 
 
 class UsageError(Exception):
@@ -22,12 +28,12 @@ class UsageError(Exception):
 
 
 def parse_location(spec: str) -> tuple[Path, int, int]:
-    """``PATH:LINE:COL`` (1-based) -> (path, 0-based line, 0-based column)."""
-    try:
-        path, line, col = spec.rsplit(":", 2)
-        line_no, col_no = int(line), int(col)
-    except ValueError:
-        raise UsageError(f"expected PATH:LINE:COL with 1-based numbers, got {spec!r}") from None
+    """``PATH:LINE:COL`` (1-based) -> (path, 0-based line, 0-based column). LINE and COL are
+    ASCII digits only (``int`` would also take " 1", "+1" and other scripts' digits)."""
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not all(DIGITS.fullmatch(p) for p in parts[1:]):
+        raise UsageError(f"expected PATH:LINE:COL with 1-based numbers, got {spec!r}")
+    path, line_no, col_no = parts[0], int(parts[1]), int(parts[2])
     if line_no < 1 or col_no < 1:
         raise UsageError(f"line and column are 1-based, got {line_no}:{col_no}")
     return Path(path), line_no - 1, col_no - 1
@@ -127,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
     )
     lsp.add_argument("--pair", default=None, help="model pair for a daemon this starts")
+    lsp.add_argument(
+        "--reply-deadline",
+        type=float,
+        default=None,
+        metavar="S",
+        help="answer a request the daemon leaves unanswered this long with an error (default: 300)",
+    )
 
     st = sub.add_parser("stats", help="acceptance and speculation figures per language")
     st.add_argument("--since", default="all", help="a span like 7d, 12h, 30m (default: all)")
@@ -192,10 +205,6 @@ def cmd_complete(args: argparse.Namespace) -> int:
     from .prompt import split_at
 
     path, line, col = parse_location(args.location)
-    if args.max_tokens < 1:
-        raise UsageError("--max-tokens must be at least 1")
-    if args.temperature < 0:
-        raise UsageError("--temperature must be >= 0")
     try:
         text = read_text(path, MAX_DOCUMENT_BYTES)
     except FileError as exc:
@@ -288,14 +297,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .runtime import load_pair
     from .server.config import load_file
-    from .server.daemon import (
-        Daemon,
-        DaemonRunning,
-        TokenError,
-        default_socket,
-        read_or_create_token,
-        run_daemon,
-    )
+    from .server.daemon import Daemon, run_daemon
+    from .server.endpoint import DaemonRunning, TokenError, default_socket, read_or_create_token
 
     if args.tcp is not None:
         try:
@@ -364,8 +367,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_lsp(args: argparse.Namespace) -> int:
-    from .server.daemon import TokenError, default_socket
-    from .server.relay import Relay, connect, connect_or_start
+    from .server.endpoint import TokenError, default_socket
+    from .server.relay import REPLY_DEADLINE_S, Relay, connect, connect_or_start
+
+    deadline = REPLY_DEADLINE_S if args.reply_deadline is None else args.reply_deadline
+    if not 0 < deadline <= 86400:  # (nan and inf fail this too)
+        raise UsageError(f"--reply-deadline must be between 0 and 86400 seconds, not {deadline}")
 
     if args.tcp is not None:
         address = ("127.0.0.1", args.tcp)
@@ -380,7 +387,7 @@ def cmd_lsp(args: argparse.Namespace) -> int:
             return connect_or_start(socket_path, daemon_args)
 
     try:
-        relay = Relay(connect_fn, sys.stdin.buffer, sys.stdout.buffer)
+        relay = Relay(connect_fn, sys.stdin.buffer, sys.stdout.buffer, reply_deadline_s=deadline)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the codespec daemon: {exc}") from None
     except TokenError as exc:
@@ -398,10 +405,42 @@ COMMANDS = {
 }
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Every flag checked before anything is loaded, each failure one line."""
+    from .server import config
+
+    for name in SETTING_FLAGS:
+        if (value := getattr(args, name, None)) is not None:
+            try:
+                config.check(name, value)
+            except ValueError as exc:
+                raise UsageError(f"--{name.replace('_', '-')} {exc}") from None
+    device = getattr(args, "device", None)
+    if device is not None and not DEVICE.fullmatch(device):
+        raise UsageError(f"--device must be cpu, cuda, cuda:N or mps, not {device!r}")
+    _in_range(args, "temperature", 0, 10)
+    _in_range(args, "stats_retention_days", 0.01, 36500)
+    _in_range(args, "test_pass_delay", 0, 60)
+    _in_range(args, "test_load_delay", 0, 3600)
+    _in_range(args, "tcp", 1, 65535)
+    _in_range(args, "per_kind", 1, 10000)
+    _in_range(args, "peer_holes", 1, 100000)
+
+
+def _in_range(args: argparse.Namespace, name: str, low: float, high: float) -> None:
+    value = getattr(args, name, None)
+    if value is None:
+        return
+    if not (math.isfinite(value) and low <= value <= high):  # nan fails isfinite
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag} must be from {low:g} to {high:g}, not {value}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        check_flags(args)
         return COMMANDS[args.command](args)
     except (UsageError, ModelError) as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)

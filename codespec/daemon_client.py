@@ -3,11 +3,11 @@ stats``): it speaks the daemon's own framing over its unix socket and gives up q
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
-from .server.daemon import default_socket
+from .files import parse_json
+from .server.endpoint import default_socket
 from .server.framing import FramingError, frame, read_frame_sync
 
 
@@ -32,7 +32,7 @@ def ask_stats(
                 sock.sendall(frame(message))
             stream = sock.makefile("rb")
             while (body := read_frame_sync(stream)) is not None:
-                message = json.loads(body)
+                message = parse_json(body)
                 if message.get("id") == 2:
                     return message.get("result")
     except (OSError, FramingError, ValueError):

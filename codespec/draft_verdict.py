@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from .engine.calibration import draft_cost_note
+from .files import parse_json
 from .models import PairManifest, cache_root
 from .quant.kernels import machine_fingerprint, write_atomically
 
@@ -34,7 +35,7 @@ def cached_note(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        ratio = json.loads(path.read_text()).get(machine_fingerprint())
+        ratio = parse_json(path.read_text()).get(machine_fingerprint())
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio > 0:
@@ -48,7 +49,7 @@ def remember(path: Path | None, ratio: float | None) -> None:
     if path is None or ratio is None:
         return
     try:
-        saved = json.loads(path.read_text())
+        saved = parse_json(path.read_text())
         saved = saved if isinstance(saved, dict) else {}
     except (OSError, ValueError):
         saved = {}

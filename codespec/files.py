@@ -8,9 +8,12 @@ message names the file and says what is wrong.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import tomllib
 from pathlib import Path
+from typing import Any
 
 MAX_DOCUMENT_BYTES = 4 << 20  # a source file to complete in: far above real source files
 MAX_SMALL_FILE_BYTES = 1 << 20  # manifests, settings, tokens
@@ -77,3 +80,21 @@ def write_private(path: Path, text: str) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON read from a file or a peer. Anything that is not JSON raises ``ValueError``, input
+    nested too deeply for the parser included (``json`` itself raises ``RecursionError``)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """TOML read from a file: ``tomllib.TOMLDecodeError`` (a ``ValueError``) for anything that
+    is not TOML, input nested too deeply for the parser included."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise tomllib.TOMLDecodeError("nested too deeply to read") from None

@@ -32,7 +32,7 @@ from typing import Any
 import platformdirs
 
 from . import machine
-from .files import FileError, read_text
+from .files import FileError, parse_json, parse_toml, read_text
 
 REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # In a checkout `codespec/pairs` links to `models/`; a built wheel carries the files themselves.
@@ -140,7 +140,7 @@ def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
     """Read and check a pair manifest."""
     path = find_manifest(name_or_path)
     try:
-        data = tomllib.loads(read_text(path))
+        data = parse_toml(read_text(path))
     except FileError as exc:
         raise ModelError(f"cannot read pair manifest: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -232,7 +232,7 @@ def _cache_is_valid(folder: Path) -> bool:
     and whose safetensors headers parse."""
     marker = folder / "prepared.json"
     try:
-        info = json.loads(marker.read_text())
+        info = parse_json(marker.read_text())
         for name, size in info["files"].items():
             if (folder / name).stat().st_size != size:
                 return False

@@ -13,6 +13,7 @@ its first lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,22 +32,26 @@ class FimRequest:
     prefix_from: int | None = None  # where the last prefix window began (``clip_prefix``)
 
 
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def split_at(text: str, line: int, column: int) -> tuple[str, str]:
     """Split ``text`` at a 0-based line and 0-based column (in characters).
 
     Raises ValueError when the position is outside the text.
     """
-    lines = text.splitlines(keepends=True) or [""]
-    if text.endswith("\n"):
-        lines.append("")  # the empty line after a final newline is a valid cursor line
-    if line < 0 or line >= len(lines):
-        raise ValueError(f"line {line + 1} is past the end of the file ({len(lines)} lines)")
-    body = lines[line].rstrip("\r\n")
+    # Lines end where LSP and editors end them (not at the form feeds and Unicode separators
+    # that ``str.splitlines`` also breaks on); the empty line after a final newline counts.
+    starts = [0] + [m.end() for m in LINE_BREAK.finditer(text)]
+    if line < 0 or line >= len(starts):
+        raise ValueError(f"line {line + 1} is past the end of the file ({len(starts)} lines)")
+    end = starts[line + 1] if line + 1 < len(starts) else len(text)
+    body = text[starts[line] : end].removesuffix("\n").removesuffix("\r")
     if column < 0 or column > len(body):
         raise ValueError(
             f"column {column + 1} is past the end of line {line + 1} ({len(body)} characters)"
         )
-    offset = sum(len(x) for x in lines[:line]) + column
+    offset = starts[line] + column
     return text[:offset], text[offset:]
 
 

@@ -93,3 +93,56 @@ def test_split_at_counts_characters_and_allows_end_of_line():
     assert split_at(text, 2, 0) == ("a𐐀b\r\nxyz\n", "")
     with pytest.raises(ValueError):
         split_at(text, 0, 4)
+
+
+def test_lines_end_where_editors_end_them():
+    """A form feed or U+2028 is inside a line for LSP and editors, as for the daemon."""
+    text = "a\x0cb\nc\u2028d\n"
+    assert split_at(text, 1, 3) == ("a\x0cb\nc\u2028d", "\n")
+    assert split_at("x\ry", 1, 1) == ("x\ry", "")
+    with pytest.raises(ValueError, match="3 lines"):
+        split_at(text, 3, 0)
+
+
+@pytest.mark.parametrize("line", ["١", " 1", "+1", "1_0", "0x1"])
+def test_a_line_number_is_ascii_digits(sample, line):
+    result = run_cli("complete", f"{sample}:{line}:1")
+    assert result.returncode == 2 and "expected PATH:LINE:COL" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["complete", "{sample}:1:1", "--temperature", "nan"], "--temperature"),
+        (["complete", "{sample}:1:1", "--temperature", "-1"], "--temperature"),
+        (["complete", "{sample}:1:1", "--prefix-tokens", "-1"], "--prefix-tokens"),
+        (["complete", "{sample}:1:1", "--suffix-tokens", "-7"], "--suffix-tokens"),
+        (["complete", "{sample}:1:1", "--max-tokens", "0"], "--max-tokens"),
+        (["complete", "{sample}:1:1", "--device", "tpu"], "--device"),
+        (["serve", "--max-tokens", "-5"], "--max-tokens"),
+        (["serve", "--max-tokens", "1000000000"], "--max-tokens"),
+        (["serve", "--stats-retention-days", "nan"], "--stats-retention-days"),
+        (["serve", "--tcp", "70000"], "--tcp"),
+        (["serve", "--tcp", "-1"], "--tcp"),
+        (["lsp", "--tcp", "0"], "--tcp"),
+        (["bench", "--languages", ""], "--languages"),
+        (["bench", "--languages", ","], "--languages"),
+        (["bench", "--per-kind", "0"], "--per-kind"),
+        (["bench", "--json", "{dir}"], "--json"),
+        (["bench", "--docs-from", "{empty_json}"], "not a codespec bench JSON"),
+        (["bench", "--docs-from", "{list_json}"], "not a codespec bench JSON"),
+        (["bench", "--docs-from", "{deep_json}"], "not a bench JSON"),
+    ],
+)
+def test_every_flag_is_checked_before_anything_loads(sample, tmp_path, args, flag):
+    (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    names = dict(sample=sample, dir=tmp_path, empty_json=tmp_path / "empty.json")
+    names |= dict(list_json=tmp_path / "list.json", deep_json=tmp_path / "deep.json")
+    docs = ["--docs", str(tmp_path / "docs.md")] if args[0] == "bench" else []
+    result = run_cli(*[a.format(**names) for a in args], *docs)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("codespec: error:") and flag in line
+    assert not (tmp_path / "docs.md").exists()  # nothing written from a bad JSON

@@ -110,6 +110,8 @@ def test_config_file(tmp_path):
         (lambda p: os.mkfifo(p), "not a regular file"),
         (lambda p: p.symlink_to("/dev/zero"), "not a regular file"),
         (lambda p: p.write_text("completion = 5\n"), "must be a table"),
+        (lambda p: p.write_text("a = " + "[" * 5000 + "]" * 5000), "nested too deeply"),
+        (lambda p: p.write_text("a = " + "{b = " * 3000 + "1" + "}" * 3000), "nested too deeply"),
     ],
 )
 def test_a_config_that_cannot_be_read_gives_one_warning_and_the_defaults(tmp_path, make, why):
@@ -125,3 +127,12 @@ def test_a_missing_default_config_is_silent_but_a_missing_named_one_is_not(tmp_p
     assert load_file(missing)[1] == [f"no such file: {missing}; using defaults"]
     monkeypatch.setattr(config, "config_path", lambda: missing)
     assert load_file() == (Settings(), [])
+
+
+def test_unknown_keys_are_one_warning_however_many():
+    """20,000 unknown keys are one line naming a few, not 20,000 (the editor shows each)."""
+    values = {f"bogus{i}": i for i in range(20_000)} | {"maxTokens": 80}
+    merged, problems = merge(Settings(), values)
+    assert merged.max_tokens == 80
+    (line,) = problems
+    assert "20000 unknown settings ignored" in line and "'bogus0'" in line and len(line) < 200

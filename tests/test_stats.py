@@ -4,8 +4,10 @@ report and `codespec stats`."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from codespec.stats import store as store_module
 from codespec.stats.record import Timing, request_row
 from codespec.stats.report import ReportError, build, parse_since, table
 from codespec.stats.store import SCHEMA_VERSION, Store, StoreError, open_readonly
@@ -269,6 +272,121 @@ def test_put_never_waits_for_the_disk(tmp_path):
     store.close()
 
 
+def file_count(path: Path) -> int:
+    """Rows as another process sees them in the file (not the store's own connection)."""
+    reader = open_readonly(path)
+    try:
+        return reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    finally:
+        reader.close()
+
+
+def hold_exclusive(path: Path, seconds: float) -> threading.Thread:
+    """Another process's ``BEGIN EXCLUSIVE`` on the store, for ``seconds``."""
+    locked = threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(path, timeout=10)
+        other.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(seconds)
+        other.rollback()
+        other.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(10)
+    return thread
+
+
+def test_a_lock_held_for_a_while_delays_rows_but_loses_none(tmp_path, monkeypatch):
+    """Locked longer than one attempt waits: the rows stay queued and reach the file once the
+    lock is released; the store never leaves the file."""
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    holder = hold_exclusive(path, 3.0)
+    for i in range(3):
+        store.put_request(row(f"r{i}"))
+    assert not store.flush(timeout=1.0)  # still locked: not written yet
+    holder.join()
+    assert store.flush(timeout=10)
+    assert store.status == "file" and file_count(path) == 3 and not store.warnings
+    store.close()
+
+
+def test_a_lasting_failure_goes_to_memory_and_comes_back_to_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(store_module, "LOCKED_FOR_S", 0.5)
+    monkeypatch.setattr(store_module, "RETRY_FILE_S", 0.5)
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("before"))
+    assert store.flush()
+    holder = hold_exclusive(path, 4.0)
+    for i in range(5):
+        store.put_request(row(f"r{i}"))
+        time.sleep(0.3)
+    assert store.flush(timeout=10)
+    assert store.status.startswith("memory") and count(store) == 6  # nothing lost meanwhile
+    store.put_verdict("r1", {"shown": 1, "verdict": "accepted"})
+    holder.join()
+    deadline = time.monotonic() + 10
+    while store.status != "file":
+        assert time.monotonic() < deadline, store.status
+        store.put_request(row(f"later{time.monotonic()}"))
+        store.flush()
+    assert "written again" in store.warnings[-1]
+    reader = open_readonly(path)
+    assert (
+        reader.execute("SELECT verdict FROM requests WHERE id = 'r1'").fetchone()[0] == "accepted"
+    )
+    assert reader.execute("SELECT COUNT(*) FROM requests").fetchone()[0] >= 7
+    reader.close()
+    store.close()
+
+
+def test_a_store_deleted_under_the_daemon_is_written_anew(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("a"))
+    assert store.flush()
+    for name in ("s.sqlite3", "s.sqlite3-wal", "s.sqlite3-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    store.put_request(row("b"))
+    assert store.flush()
+    assert store.status == "file" and file_count(path) == 2  # "a" carried over
+    assert len(store.warnings) == 1 and "deleted or replaced" in store.warnings[0]
+    store.close()
+
+
+def test_what_is_not_a_regular_file_is_left_untouched(tmp_path):
+    fifo = tmp_path / "fifo.sqlite3"
+    os.mkfifo(fifo, 0o644)
+    store = Store(fifo)  # (opening a FIFO would block until a writer came)
+    assert store.status.startswith("memory") and "not a regular file" in store.status
+    assert stat.S_IMODE(os.stat(fifo).st_mode) == 0o644  # not chmod-ed
+    store.close()
+    target = tmp_path / "elsewhere.txt"
+    (tmp_path / "link.sqlite3").symlink_to(target)  # dangling: never created through it
+    store = Store(tmp_path / "link.sqlite3")
+    assert store.status.startswith("memory") and not target.exists()
+    store.close()
+
+
+def test_close_folds_the_wal_into_the_file(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    for i in range(20):
+        store.put_request(row(f"r{i}"))
+    store.close()
+    wal = tmp_path / "s.sqlite3-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    copy = tmp_path / "copy.sqlite3"
+    copy.write_bytes(path.read_bytes())  # the file alone, as a user would copy it
+    assert file_count(copy) == 20
+
+
 # -- the report ------------------------------------------------------------------------------
 
 
@@ -368,6 +486,26 @@ def test_cli_reports_json_table_and_a_self_contained_page(tmp_path):
     assert not re.search(
         r"""(src|href)\s*=\s*["']?(https?:|//)|url\(\s*["']?(https?:|//)|@import""", html
     )
+
+
+def test_a_report_is_never_written_over_the_store(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("a"))
+    store.close()
+    before = path.read_bytes()
+    (tmp_path / "alias.html").symlink_to(path)
+    for target in (path, tmp_path / "alias.html", tmp_path / "." / "s.sqlite3"):
+        out = stats_cli("--db", str(path), "--html", str(target))
+        assert out.returncode == 1 and "is the stats store itself" in out.stderr
+        assert out.stderr.count("\n") == 1
+    assert path.read_bytes() == before and file_count(path) == 1
+    page = tmp_path / "page.html"
+    page.symlink_to(tmp_path / "victim.txt")
+    (tmp_path / "victim.txt").write_text("keep me")
+    assert stats_cli("--db", str(path), "--html", str(page)).returncode == 0
+    assert (tmp_path / "victim.txt").read_text() == "keep me"  # the link was replaced instead
+    assert not page.is_symlink() and "<svg" in page.read_text()
 
 
 def test_cli_on_an_empty_or_missing_store_says_so_in_one_line(tmp_path):

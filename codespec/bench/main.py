@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -11,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import machine
-from ..files import FileError, read_text
+from ..files import FileError, parse_json, read_text
 from ..languages import LANGUAGES
 from ..memory import return_freed_memory
 from . import corpus, report, sources
@@ -20,6 +21,9 @@ from .peer import peer_lines
 from .runner import BenchSettings, peak_memory_mb, run_hole
 
 MAX_JSON_BYTES = 256 << 20
+# what the docs writer reads of a run's JSON
+RESULT_KEYS = ("command", "machine", "model", "settings", "costs", "overall", "memory", "load_s")
+RESULT_KEYS += ("corpus", "missing")
 QUICK = dict(languages=("python",), kinds=corpus.KINDS, per_kind=1, max_tokens=32)
 
 
@@ -38,8 +42,8 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
             QUICK["per_kind"],
             QUICK["max_tokens"],
         )
-    languages = args.languages.split(",") if args.languages else list(LANGUAGES)
-    kinds = args.kinds.split(",") if args.kinds else list(corpus.KINDS)
+    languages = _names(args.languages, "--languages") or list(LANGUAGES)
+    kinds = _names(args.kinds, "--kinds") or list(corpus.KINDS)
     for name in languages:
         if name not in LANGUAGES:
             raise BenchError(f"unknown language {name!r} (known: {', '.join(LANGUAGES)})")
@@ -50,6 +54,42 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
         raise BenchError("--per-kind and --max-tokens must be at least 1")
 
     return languages, kinds, args.per_kind, args.max_tokens
+
+
+def _names(given: str | None, flag: str) -> list[str]:
+    """A comma-separated list from the command line; given but naming nothing is an error
+    (``--languages ''`` must not mean every language)."""
+    if given is None:
+        return []
+    names = [name.strip() for name in given.split(",") if name.strip()]
+    if not names:
+        raise BenchError(f"{flag} names nothing")
+    return names
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Fail before the run, not after it, when an output file cannot be written there."""
+    if path.is_dir():
+        raise BenchError(f"{flag} {path}: is a directory, not a file")
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"{flag} {path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise BenchError(f"{flag} {path}: its folder is not writable")
+
+
+def read_bench_json(path: Path) -> dict:
+    """A saved bench run, checked to be one before anything is written from it."""
+    try:
+        result = parse_json(read_text(path, MAX_JSON_BYTES))
+    except (FileError, ValueError) as exc:
+        raise BenchError(f"{path}: not a bench JSON ({exc})") from None
+    missing = [key for key in RESULT_KEYS if not isinstance(result, dict) or key not in result]
+    if missing:
+        raise BenchError(f"{path}: not a codespec bench JSON (it has no {', '.join(missing)})")
+    return result
 
 
 def cut_corpus(
@@ -74,7 +114,7 @@ def holes_from(
 ) -> tuple[list[corpus.Hole], list[sources.Package], list[str]]:
     """The holes of an earlier run's JSON, cut again from the same files."""
     try:
-        described = json.loads(read_text(recorded, MAX_JSON_BYTES))["corpus"]["holes"]
+        described = parse_json(read_text(recorded, MAX_JSON_BYTES))["corpus"]["holes"]
     except FileError as exc:
         raise BenchError(str(exc)) from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -204,16 +244,15 @@ def pass_costs(pair) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.docs_from:
-        try:
-            result = json.loads(read_text(args.docs_from, MAX_JSON_BYTES))
-        except (FileError, ValueError) as exc:
-            print(f"codespec: error: {args.docs_from}: not a bench JSON ({exc})", file=sys.stderr)
-            return 2
-        write_docs(result, Path(args.docs))
-        print(f"wrote {args.docs}")
-        return 0
     try:
+        if args.json:
+            check_writable(Path(args.json), "--json")
+        if args.write_docs or args.docs_from:
+            check_writable(Path(args.docs), "--docs")
+        if args.docs_from:
+            docs_from(Path(args.docs_from), Path(args.docs))
+            print(f"wrote {args.docs}")
+            return 0
         result = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
     except BenchError as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)
@@ -232,6 +271,14 @@ def main(args: argparse.Namespace) -> int:
         write_docs(result, Path(args.docs))
         print(f"wrote {args.docs}")
     return 0
+
+
+def docs_from(saved: Path, docs: Path) -> None:
+    result = read_bench_json(saved)
+    try:
+        write_docs(result, docs)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise BenchError(f"{saved}: not a complete codespec bench JSON ({exc!r})") from None
 
 
 def peer_table(peer: dict, weights: str = "") -> str:

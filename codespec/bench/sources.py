@@ -17,6 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import parse_json
 from ..languages import LANGUAGES
 from ..models import cache_root
 
@@ -172,7 +173,7 @@ def packages(corpus_dir: Path, languages: set[str] | None = None) -> list[Packag
             continue
         root = corpus_dir / spec.origin / spec.folder
         if (root / "source.json").exists():
-            version = json.loads((root / "source.json").read_text())["version"]
+            version = parse_json((root / "source.json").read_text())["version"]
             found.append(Package(spec, version, root))
     return found
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import machine
+from ..files import parse_json
 from .layers import (
     Int4Weight,
     QuantLinear,
@@ -236,7 +237,7 @@ def load_or_measure(
     ``force`` (a name in ``KERNELS``) skips the kernel choice (the dtype is still measured)."""
     fingerprint = machine_fingerprint()
     try:
-        saved = json.loads(cache_file.read_text())
+        saved = parse_json(cache_file.read_text())
         entry = saved.get(fingerprint) if saved.get("format") == PLAN_FORMAT else None
     except (OSError, ValueError, AttributeError):
         saved, entry = {}, None

@@ -6,6 +6,7 @@ its previous value, so a typo never takes the daemon down.
 
 from __future__ import annotations
 
+import reprlib
 import tomllib
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import platformdirs
 
-from ..files import MAX_SMALL_FILE_BYTES, FileError, read_text
+from ..files import MAX_SMALL_FILE_BYTES, FileError, parse_toml, read_text
 
 
 def setting(
@@ -60,7 +61,34 @@ def camel_case(name: str) -> str:
 
 
 SETTINGS = {f.name: f for f in fields(Settings)}
+SHORT = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+SHORT.maxstring = SHORT.maxother = 60
+SHORT.maxlist = SHORT.maxdict = 4
+SHORT.maxlevel = 2
 ALIASES = {camel_case(name): name for name in SETTINGS}  # camelCase -> field name
+
+
+def check(name: str, value: Any) -> Any:
+    """``value`` for the setting ``name`` (a field name), or ``ValueError`` saying what it may
+    be: the command line's flags that set a setting take the setting's limits."""
+    checked = _valid(SETTINGS[name], value)
+    if checked is None:
+        raise ValueError(f"must be {allowed(name)}, not {value!r}")
+    return checked
+
+
+def allowed(name: str) -> str:
+    """What the setting ``name`` takes, in words."""
+    declared = SETTINGS[name]
+    limits, default = declared.metadata, declared.default
+    if limits["choices"]:
+        return "one of " + ", ".join(limits["choices"])
+    if isinstance(default, bool):
+        return "true or false"
+    kind = "an integer" if isinstance(default, int) else "a number"
+    if limits["low"] is not None and limits["high"] is not None:
+        return f"{kind} from {limits['low']:g} to {limits['high']:g}"
+    return kind
 
 
 def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list[str]]:
@@ -73,19 +101,29 @@ def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list
         return base, [f"settings must be an object, got {type(values).__name__}"]
     changes: dict[str, Any] = {}
     problems: list[str] = []
+    unknown = [k for k in values if ALIASES.get(k, k) not in SETTINGS]
+    if len(unknown) == 1:
+        problems.append(f"unknown setting {unknown[0]!r} ignored")
+    elif unknown:  # one line however many (an editor shows each problem to the user)
+        named = ", ".join(repr(str(k)[:40]) for k in unknown[:3])
+        problems.append(f"{len(unknown)} unknown settings ignored ({named}, ...)")
     for raw_key, value in values.items():
         key = ALIASES.get(raw_key, raw_key)
         if key not in SETTINGS:
-            problems.append(f"unknown setting {raw_key!r} ignored")
             continue
         ok = _valid(SETTINGS[key], value)
         if ok is None:
             problems.append(
-                f"invalid value for {raw_key}: {value!r}; keeping {getattr(base, key)!r}"
+                f"invalid value for {raw_key}: {_shown(value)}; keeping {getattr(base, key)!r}"
             )
         else:
             changes[key] = ok
     return replace(base, **changes), problems
+
+
+def _shown(value: Any) -> str:
+    """A value as a problem line shows it: cut short (a client may send megabytes)."""
+    return SHORT.repr(value)
 
 
 def _valid(declared: Field, value: Any) -> Any | None:
@@ -126,7 +164,7 @@ def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
     if not explicit and not path.exists():
         return Settings(), []
     try:
-        data = tomllib.loads(read_text(path, MAX_SMALL_FILE_BYTES))
+        data = parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
     except FileError as exc:
         return Settings(), [f"{exc}; using defaults"]
     except tomllib.TOMLDecodeError as exc:

@@ -10,13 +10,10 @@ in the background, and requests wait for it.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hmac
 import json
 import logging
 import os
-import re
-import secrets
 import signal
 import sys
 import threading
@@ -24,98 +21,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import platformdirs
-
-from ..files import FileError, read_text, write_private
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
 from .config import Settings
-from .framing import FramingError, read_frame
+from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, claim_socket
+from .framing import FramingError, frame, read_frame
 from .handlers import worker_stats
-from .session import create_session, serve_connection
+from .session import CodespecServer, create_session, serve_connection
 from .worker import ModelUnavailable, Worker
 
 log = logging.getLogger("codespec.daemon")
-AUTH = "codespec/auth"
 AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
 AUTH_MAX_BODY = 4096  # ... in a frame this small
 MAX_UNAUTHENTICATED = 16  # connections waiting to authenticate at once; more are closed
-
-
-def runtime_dir() -> Path:
-    base = os.environ.get("CODESPEC_RUNTIME_DIR") or platformdirs.user_runtime_dir("codespec")
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
-
-
-def default_socket() -> Path:
-    return runtime_dir() / "codespec.sock"
-
-
-def token_file() -> Path:
-    return Path(platformdirs.user_config_dir("codespec")) / "daemon.token"
-
-
-TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{32,256}")  # what secrets.token_urlsafe(32) writes
-
-
-class TokenError(Exception):
-    """The token file is damaged or unreadable: TCP is not served with it."""
-
-
-def read_or_create_token(path: Path | None = None) -> str:
-    """The TCP token from its 0600 file, created once, atomically: written to a temporary
-    file, flushed to disk, then linked into place (if two processes race, one token wins and
-    both read it). A token that is not well-formed (an empty file left by a full disk, say) is
-    never used: ``TokenError`` says what to do."""
-    path = path or token_file()
-    if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            write_private(tmp, secrets.token_urlsafe(32))
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process made it first: use theirs
-        except OSError as exc:
-            raise TokenError(f"cannot create the token file {path}: {exc.strerror}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-    try:
-        os.chmod(path, 0o600)
-        token = read_text(path, limit=4096).strip()
-    except (OSError, FileError) as exc:
-        raise TokenError(f"cannot read the token file: {exc}") from None
-    if not TOKEN_FORMAT.fullmatch(token):
-        raise TokenError(
-            f"the token file {path} does not hold a well-formed token (empty or damaged); "
-            "delete it and a new one is made"
-        )
-    return token
-
-
-class DaemonRunning(Exception):
-    """Another daemon already owns the socket."""
-
-
-def claim_socket(socket_path: Path) -> int:
-    """Take the lock that makes this process the one daemon of ``socket_path``: a lock file
-    beside the socket, held (``flock``) for the process's whole life and released by the
-    kernel when it ends, however it ends. Returns the lock's file descriptor."""
-    lock_path = socket_path.with_name(socket_path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        owner = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        raise DaemonRunning(
-            f"another codespec daemon (pid {owner}) already serves {socket_path}"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
 
 
 @dataclass
@@ -147,7 +66,7 @@ class Daemon:
         self.store = store  # acceptance stats (None: not recorded)
         record = store.put_request if store is not None else None
         self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s, record=record)
-        self.sessions: set[int] = set()
+        self.sessions: dict[int, CodespecServer] = {}  # the live ones, by session id
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
@@ -182,21 +101,23 @@ class Daemon:
                 return
             self.unauthenticated += 1
             try:
-                ok = await _authenticated(reader, token)
+                verdict = await _authenticated(reader, token)
             finally:
                 self.unauthenticated -= 1
-            if not ok:
+            if verdict is not True:
+                if verdict == AUTH_REFUSED:  # it spoke the protocol: tell it why it is closed
+                    writer.write(frame({"jsonrpc": "2.0", "method": AUTH_REFUSED, "params": {}}))
                 writer.close()
                 return
         ls = create_session(self.worker, self.settings, self.slot.ready, self.store)
         session_id = ls.session.id
-        self.sessions.add(session_id)
+        self.sessions[session_id] = ls
         try:
             await serve_connection(reader, writer, ls)
         except asyncio.CancelledError:  # the daemon is stopping
             pass
         finally:
-            self.sessions.discard(session_id)
+            self.sessions.pop(session_id, None)
             self.worker.drop_session(session_id)
 
     def status_line(self) -> str:
@@ -226,8 +147,10 @@ class Daemon:
         return f" | accepted {accepted}/{shown} shown{rate}"
 
 
-async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool:
-    """Whether the first frame, small and prompt, is ``codespec/auth`` with the token."""
+async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool | str:
+    """True when the first frame, small and prompt, is ``codespec/auth`` with the token;
+    ``AUTH_REFUSED`` when it is a well-formed ``codespec/auth`` with another token (a relay
+    whose token changed: it is told); False for anything else (closed without a word)."""
     try:
         body = await asyncio.wait_for(read_frame(reader, AUTH_MAX_BODY), AUTH_TIMEOUT_S)
         message = json.loads(body) if body else None
@@ -240,7 +163,7 @@ async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool:
     offered = params.get("token") if isinstance(params, dict) else None
     if not isinstance(offered, str) or not TOKEN_FORMAT.fullmatch(offered):
         return False  # an empty or malformed token never gets as far as a comparison
-    return hmac.compare_digest(offered.encode(), token.encode())
+    return hmac.compare_digest(offered.encode(), token.encode()) or AUTH_REFUSED
 
 
 async def run_daemon(
@@ -292,8 +215,10 @@ async def run_daemon(
     for server in servers:
         server.close()
     daemon.worker.stop()
+    for ls in list(daemon.sessions.values()):
+        ls.session.ledger.end()  # suggestions still showing were left: recorded before closing
     if daemon.store is not None:
-        daemon.store.close()  # commit what is queued
+        daemon.store.close()  # commit what is queued, checkpoint, close the file
     if socket_path.exists():
         socket_path.unlink()
     os.close(lock)

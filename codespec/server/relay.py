@@ -7,6 +7,13 @@ the session (the ``initialize`` params, settings, the text of open documents, re
 for a reply) so that if the daemon dies, the next message restarts it and the session goes on:
 waiting requests are answered with an error, the new daemon is initialized and gets the
 documents, and the editor never notices more than that.
+
+The relay never sits there deaf, and never loops: a daemon that keeps closing the connection
+is restarted at most ``RESTART_BUDGET`` times a minute, with growing pauses, and past that the
+relay says why on stderr and exits non-zero (the editor shows a server that exited); a daemon
+that refuses the token (TCP) ends it at once, with that reason; a request the daemon leaves
+unanswered for ``REPLY_DEADLINE_S`` (a stopped process) is answered with an error; input that
+cannot be read as JSON at all (too deep, say) is passed on for the daemon to answer.
 """
 
 from __future__ import annotations
@@ -24,11 +31,17 @@ from typing import BinaryIO
 import platformdirs
 from lsprotocol import types
 
-from .daemon import AUTH, read_or_create_token
 from .documents import Document
+from .endpoint import AUTH, AUTH_REFUSED, read_or_create_token
 from .framing import FramingError, error_reply, frame, read_frame_sync
 
 REPLAY_ID = "codespec-relay-initialize"
+RESTART_BUDGET = 5  # daemon restarts within RESTART_WINDOW_S before the relay gives up
+RESTART_WINDOW_S = 60.0
+RESTART_PAUSE_S = (0.0, 0.5, 1.0, 2.0, 4.0)  # before the 1st, 2nd, ... restart in the window
+# A request unanswered this long gets an error from the relay: longer than a first start's model
+# load (requests made meanwhile are served once it is ready), so only a stuck daemon reaches it.
+REPLY_DEADLINE_S = 300.0
 
 
 def _read_or_none(stream: BinaryIO) -> bytes | None:
@@ -37,6 +50,17 @@ def _read_or_none(stream: BinaryIO) -> bytes | None:
         return read_frame_sync(stream)
     except (OSError, FramingError):
         return None
+
+
+def parse(body: bytes) -> dict:
+    """A frame's JSON object, or ``{}`` for anything else: too deep for the parser, not JSON,
+    not an object. The relay only reads messages to mirror them; judging them is the daemon's
+    job, and nothing a client or daemon sends may stop the relay."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return {}
+    return message if isinstance(message, dict) else {}
 
 
 def connect(socket_path: Path | None, tcp: tuple[str, int] | None) -> socket.socket:
@@ -97,14 +121,16 @@ class SessionMirror:
         self.initialized = False
         self.settings: list[dict] = []
         self.docs: dict[str, Document] = {}
-        self.pending: dict = {}  # request id -> method, client -> daemon, not yet answered
+        # request id -> (method, when sent), client -> daemon, not yet answered
+        self.pending: dict = {}
+        self.answered_here: set = set()  # ids the relay answered itself (past the deadline)
         self.encoding = "utf-16"
         self.exited = False
 
     def from_client(self, message: dict) -> None:
         method, params = message.get("method"), message.get("params") or {}
-        if "id" in message and method:
-            self.pending[message["id"]] = method
+        if "id" in message and method and _hashable(message["id"]):
+            self.pending[message["id"]] = (method, time.monotonic())
         if method == "initialize":
             self.initialize = message
         elif method == "initialized":
@@ -127,14 +153,28 @@ class SessionMirror:
         elif method == "textDocument/didClose":
             self.docs.pop(params["textDocument"]["uri"], None)
 
-    def from_daemon(self, message: dict) -> None:
-        if "method" not in message and "id" in message:
+    def from_daemon(self, message: dict) -> bool:
+        """Note a daemon's message; False for a reply the relay already gave itself."""
+        if "method" not in message and "id" in message and _hashable(message["id"]):
+            if message["id"] in self.answered_here:
+                self.answered_here.discard(message["id"])
+                return False
             self.pending.pop(message["id"], None)
             encoding = ((message.get("result") or {}).get("capabilities") or {}).get(
                 "positionEncoding"
             )
             if encoding:
                 self.encoding = encoding
+        return True
+
+    def overdue_replies(self, now: float, deadline_s: float) -> list[dict]:
+        """Error replies for requests the daemon has left unanswered past the deadline."""
+        late = [i for i, (_, sent) in self.pending.items() if now - sent > deadline_s]
+        for i in late:
+            del self.pending[i]
+            self.answered_here.add(i)
+        message = f"the codespec daemon did not answer in {deadline_s:g} s"
+        return [error_reply(i, -32603, message) for i in late]
 
     def orphan_replies(self) -> list[dict]:
         """Error replies for the requests the dead daemon never answered."""
@@ -171,6 +211,10 @@ class SessionMirror:
         return messages
 
 
+def _hashable(value) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
+
+
 def _change(change: dict):
     if "range" not in change:
         return types.TextDocumentContentChangeWholeDocument(text=change["text"])
@@ -184,7 +228,14 @@ def _change(change: dict):
 class Relay:
     """stdin -> daemon and daemon -> stdout, frame by frame, restarting a dead daemon."""
 
-    def __init__(self, connect_fn, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    def __init__(
+        self,
+        connect_fn,
+        stdin: BinaryIO,
+        stdout: BinaryIO,
+        reply_deadline_s: float = REPLY_DEADLINE_S,
+    ) -> None:
+        self.reply_deadline_s = reply_deadline_s
         self.connect_fn = connect_fn  # () -> socket, starting a daemon if needed
         self.stdin, self.stdout = stdin, stdout
         self.mirror = SessionMirror()
@@ -192,6 +243,7 @@ class Relay:
         self.out_lock = threading.Lock()
         self.sock = connect_fn()
         self.stdin_open = True
+        self.restarts: list[float] = []  # when each restart of the daemon began
 
     def write_client(self, payload: bytes) -> None:
         with self.out_lock:
@@ -213,9 +265,10 @@ class Relay:
     def upstream(self) -> None:
         while (body := self._from_editor()) is not None:
             try:
-                self.mirror.from_client(json.loads(body))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                pass  # not ours to judge: the daemon answers malformed input
+                with self.lock:
+                    self.mirror.from_client(parse(body))
+            except Exception:  # not ours to judge: the daemon answers malformed input
+                pass
             self.send_daemon(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.stdin_open = False
         with self.lock:
@@ -240,30 +293,60 @@ class Relay:
         while True:
             stream = self.sock.makefile("rb")
             while (body := _read_or_none(stream)) is not None:
-                try:
-                    message = json.loads(body)
-                except ValueError:
-                    message = {}
+                message = parse(body)
+                if message.get("method") == AUTH_REFUSED:
+                    return self._give_up("the daemon refused this relay's token (TCP)")
                 if message.get("id") == REPLAY_ID and "method" not in message:
                     continue  # the reply to our own replayed initialize
-                self.mirror.from_daemon(message)
-                self.write_client(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                with self.lock:
+                    fresh = self.mirror.from_daemon(message)
+                if fresh:
+                    self.write_client(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             if not self.stdin_open or self.mirror.exited:
                 return True
+            if (pause := self._restart_pause()) is None:
+                return self._give_up(
+                    f"the daemon closed the connection {RESTART_BUDGET + 1} times in "
+                    f"{RESTART_WINDOW_S:.0f} s (see its log); giving up"
+                )
+            time.sleep(pause)
             try:
                 self.restart()
             except (OSError, TimeoutError) as exc:
-                print(
-                    f"codespec lsp: the daemon is gone and did not restart: {exc}", file=sys.stderr
-                )
-                return False
+                return self._give_up(f"the daemon is gone and did not restart: {exc}")
+
+    def _restart_pause(self) -> float | None:
+        """How long to wait before the next restart, or None when the budget is spent."""
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_S]
+        if len(self.restarts) >= RESTART_BUDGET:
+            return None
+        self.restarts.append(now)
+        return RESTART_PAUSE_S[min(len(self.restarts) - 1, len(RESTART_PAUSE_S) - 1)]
+
+    @staticmethod
+    def _give_up(why: str) -> bool:
+        print(f"codespec lsp: {why}", file=sys.stderr)
+        sys.stderr.flush()
+        return False
+
+    def watch_deadlines(self) -> None:
+        """Answer requests a stopped (not dead) daemon leaves hanging."""
+        while True:
+            time.sleep(1.0)
+            with self.lock:
+                replies = self.mirror.overdue_replies(time.monotonic(), self.reply_deadline_s)
+            for reply in replies:
+                self.write_client(frame(reply))
 
     def restart(self, attempts: int = 20) -> None:
         """The daemon went away while the editor is still here: start another, hand over.
 
         A connection made while the dead daemon's listening socket is still being torn down
         is accepted by the kernel and then reset: such an attempt is retried."""
-        for reply in self.mirror.orphan_replies():
+        with self.lock:
+            replies = self.mirror.orphan_replies()
+        for reply in replies:
             self.write_client(frame(reply))
         for attempt in range(attempts):
             new = self.connect_fn()
@@ -282,4 +365,5 @@ class Relay:
 
     def run(self) -> int:
         threading.Thread(target=self.upstream, daemon=True).start()
+        threading.Thread(target=self.watch_deadlines, daemon=True).start()
         return 0 if self.downstream() else 1

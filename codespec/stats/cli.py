@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ def run(args: argparse.Namespace, ask_daemon: AskDaemon | None = None) -> int:
     except ReportError as exc:
         return _fail(str(exc), EXIT_USAGE)
     path = Path(args.db) if args.db else default_path()
+    if args.html and _is_store(Path(args.html), path):
+        return _fail(f"--html {args.html} is the stats store itself; name another file")
     asked = not args.db and ask_daemon is not None
     live = ask_daemon(args.socket, args.since, args.language, args.by) if asked else None
     if live is not None and str((live.get("store") or {}).get("status", "")).startswith("memory"):
@@ -58,8 +61,7 @@ def run(args: argparse.Namespace, ask_daemon: AskDaemon | None = None) -> int:
         from .html import page
 
         try:
-            text = page(rows, report, str(path))
-            Path(args.html).write_text(text, encoding="utf-8")
+            write_report(Path(args.html), page(rows, report, str(path)))
         except ReportError as exc:
             return _fail(str(exc), EXIT_USAGE)
         except OSError as exc:
@@ -67,6 +69,33 @@ def run(args: argparse.Namespace, ask_daemon: AskDaemon | None = None) -> int:
         print(f"codespec: wrote {args.html}")
         return 0
     return _print(report, args)
+
+
+def _is_store(target: Path, store: Path) -> bool:
+    """Whether writing ``target`` would write over the store or its WAL files (by any name:
+    a symlink, a relative path, a hard link)."""
+    for part in (store, Path(f"{store}-wal"), Path(f"{store}-shm")):
+        try:
+            if os.path.samefile(target, part):
+                return True
+        except OSError:
+            pass  # one of them does not exist
+        if target.resolve() == part.resolve():
+            return True
+    return False
+
+
+def write_report(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` whole or not at all: into a new file beside it, then
+    renamed over it (a symlink at ``target`` is replaced, never followed)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with os.fdopen(os.open(tmp, flags, 0o644), "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _print(report: dict, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import pytest
 from lsp_helpers import SOCKET, start_daemon, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
-from codespec.server.daemon import read_or_create_token
+from codespec.server.endpoint import read_or_create_token
 
 
 def test_socket_file_is_private(daemon):
@@ -128,6 +128,7 @@ def test_tcp_requires_the_token(tcp_daemon):
     wrong = tcp_client(tcp_daemon)
     wrong.send(auth(token + "x"))
     wrong.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}})
+    assert wrong.read()["method"] == "codespec/authRefused"  # told why, nothing dispatched
     assert wrong.closed()
     http = tcp_client(tcp_daemon)
     http.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
