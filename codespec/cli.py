@@ -295,10 +295,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import logging
     from dataclasses import replace
 
-    from .runtime import load_pair
     from .server.config import load_file
-    from .server.daemon import Daemon, run_daemon
-    from .server.endpoint import DaemonRunning, TokenError, default_socket, read_or_create_token
+    from .server.endpoint import (
+        DaemonRunning,
+        EndpointError,
+        TokenError,
+        check_socket_path,
+        default_socket,
+        read_or_create_token,
+    )
 
     if args.tcp is not None:
         try:
@@ -314,8 +319,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _note(problem)
     if args.max_tokens is not None:
         settings = replace(settings, max_tokens=args.max_tokens)
-    if args.stats_retention_days <= 0:
-        raise UsageError("--stats-retention-days must be positive")
+    try:  # the socket first: nothing is opened or loaded for a daemon that cannot listen
+        socket_path = Path(args.socket) if args.socket else default_socket()
+        check_socket_path(socket_path)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    from .runtime import load_pair  # (the model's stack: only once the socket is known good)
+    from .server.daemon import Daemon, run_daemon
+
     store = None
     if not args.no_stats:
         from .stats.store import Store
@@ -338,7 +349,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_delay_s=args.test_load_delay,
         store=store,
     )
-    socket_path = Path(args.socket) if args.socket else default_socket()
     try:
         token = read_or_create_token() if args.tcp is not None else None
     except TokenError as exc:
@@ -350,6 +360,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except DaemonRunning as exc:
         print(f"codespec: {exc}", file=sys.stderr)
         return 1
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # a TCP port in use or not allowed
+        where = f"{args.host}:{args.tcp}" if args.tcp is not None else str(socket_path)
+        raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     return 0
 
 
@@ -367,7 +382,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_lsp(args: argparse.Namespace) -> int:
-    from .server.endpoint import TokenError, default_socket
+    from .server.endpoint import EndpointError, TokenError, default_socket
     from .server.relay import REPLY_DEADLINE_S, Relay, connect, connect_or_start
 
     deadline = REPLY_DEADLINE_S if args.reply_deadline is None else args.reply_deadline
@@ -380,7 +395,10 @@ def cmd_lsp(args: argparse.Namespace) -> int:
         def connect_fn():
             return connect(None, address)
     else:
-        socket_path = Path(args.socket) if args.socket else default_socket()
+        try:
+            socket_path = Path(args.socket) if args.socket else default_socket()
+        except EndpointError as exc:
+            raise UsageError(str(exc)) from None
         daemon_args = ["--pair", args.pair] if args.pair else []
 
         def connect_fn():
@@ -392,6 +410,8 @@ def cmd_lsp(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot reach the codespec daemon: {exc}") from None
     except TokenError as exc:
         raise UsageError(f"cannot authenticate to the daemon: {exc}") from None
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
     return relay.run()
 
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from .files import parse_json
-from .server.endpoint import default_socket
+from .server.endpoint import EndpointError, check_socket_owner, default_socket
 from .server.framing import FramingError, frame, read_frame_sync
 
 
@@ -16,7 +16,11 @@ def ask_stats(
 ) -> dict | None:
     """The running daemon's ``codespec/stats`` reply, or None (none runs, or it did not answer
     in time)."""
-    path = Path(socket_path) if socket_path else default_socket()
+    try:
+        path = Path(socket_path) if socket_path else default_socket()
+        check_socket_owner(path)
+    except EndpointError:
+        return None  # no daemon of this user's to ask: the store is read directly
     if not path.exists():
         return None
     params = {"since": since, "language": language, "by": by}

@@ -25,7 +25,7 @@ from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
 from .config import Settings
-from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, claim_socket
+from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
 from .framing import FramingError, frame, read_frame
 from .handlers import worker_stats
 from .session import CodespecServer, create_session, serve_connection
@@ -166,19 +166,9 @@ async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool | str
     return hmac.compare_digest(offered.encode(), token.encode()) or AUTH_REFUSED
 
 
-async def run_daemon(
-    daemon: Daemon,
-    socket_path: Path,
-    tcp_port: int | None = None,
-    tcp_host: str = "127.0.0.1",
-    token: str | None = None,
-    status: bool = True,
-    ready_file: Path | None = None,
-) -> None:
-    """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
-    socket: exactly one may, or stopping one would unlink the socket of the other."""
-    socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = claim_socket(socket_path)
+async def _listen(
+    daemon: Daemon, socket_path: Path, tcp_port: int | None, tcp_host: str, token: str | None
+) -> list[asyncio.Server]:
     if socket_path.exists():  # left by a daemon that died: nobody holds the lock
         socket_path.unlink()
     old_umask = os.umask(0o177)  # the socket file is created 0600: only this user may connect
@@ -194,7 +184,35 @@ async def run_daemon(
         async def on_tcp(reader, writer):
             await daemon.handle(reader, writer, token=token)
 
-        servers.append(await asyncio.start_server(on_tcp, tcp_host, tcp_port))
+        try:
+            servers.append(await asyncio.start_server(on_tcp, tcp_host, tcp_port))
+        except OSError:
+            unix.close()
+            raise
+    return servers
+
+
+async def run_daemon(
+    daemon: Daemon,
+    socket_path: Path,
+    tcp_port: int | None = None,
+    tcp_host: str = "127.0.0.1",
+    token: str | None = None,
+    status: bool = True,
+    ready_file: Path | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
+    socket: exactly one may, or stopping one would unlink the socket of the other."""
+    socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_socket_path(socket_path)
+    lock = claim_socket(socket_path)
+    try:
+        servers = await _listen(daemon, socket_path, tcp_port, tcp_host, token)
+    except BaseException:  # a port in use, say: leave nothing behind
+        socket_path.unlink(missing_ok=True)
+        socket_path.with_name(socket_path.name + ".lock").unlink(missing_ok=True)
+        os.close(lock)
+        raise
     daemon.load_in_background()
     print(
         f"codespec: listening on {socket_path}"

@@ -11,6 +11,7 @@ import fcntl
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -23,15 +24,73 @@ AUTH = "codespec/auth"
 AUTH_REFUSED = "codespec/authRefused"
 
 
+SUN_PATH_MAX = 107  # bytes of a unix socket's path (sun_path holds 108 with its NUL)
+
+
+class EndpointError(Exception):
+    """The socket's folder or path cannot be used safely; the message is one line."""
+
+
 def runtime_dir() -> Path:
+    """The daemon's folder (``CODESPEC_RUNTIME_DIR``, else the user runtime dir): made 0700 if
+    missing, and refused unless it is a directory of this user's that nobody else can open."""
     base = os.environ.get("CODESPEC_RUNTIME_DIR") or platformdirs.user_runtime_dir("codespec")
     path = Path(base)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.lstat(path)
+    except OSError as exc:
+        raise EndpointError(f"cannot use the runtime folder {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise EndpointError(f"refusing the runtime folder {path}: it is not a directory")
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise EndpointError(
+            f"refusing the runtime folder {path}: it must be this user's and private "
+            f"(owner uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}; 700 is expected)"
+        )
     return path
 
 
 def default_socket() -> Path:
     return runtime_dir() / "codespec.sock"
+
+
+def check_socket_path(path: Path) -> None:
+    """A socket path the daemon can listen on, or ``EndpointError`` saying why not: short
+    enough for a unix socket, not a directory or another kind of file, in a folder nobody else
+    can write to (or one that is sticky, as /tmp: others cannot replace what is ours there)."""
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        raise EndpointError(
+            f"the socket path is {len(os.fsencode(path))} bytes, over the {SUN_PATH_MAX} a unix "
+            "socket allows: choose a shorter --socket"
+        )
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISSOCK(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a socket"
+        raise EndpointError(f"cannot listen on {path}: it is {kind}")
+    try:
+        folder = os.stat(path.parent)
+    except OSError as exc:
+        raise EndpointError(f"cannot use the socket folder {path.parent}: {exc.strerror}") from None
+    shared = folder.st_mode & 0o022 and not folder.st_mode & stat.S_ISVTX
+    if shared or folder.st_uid not in (os.getuid(), 0):
+        raise EndpointError(
+            f"refusing the socket folder {path.parent}: others can write to it "
+            f"(owner uid {folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):o})"
+        )
+
+
+def check_socket_owner(path: Path) -> None:
+    """Connect only to a socket this user's daemon made: anyone else's could read the code."""
+    try:
+        owner = os.lstat(path).st_uid
+    except FileNotFoundError:
+        return  # no daemon yet: connecting fails, and one of ours is started
+    if owner != os.getuid():
+        raise EndpointError(f"refusing {path}: the socket belongs to uid {owner}, not this user")
 
 
 def token_file() -> Path:
@@ -84,7 +143,14 @@ def claim_socket(socket_path: Path) -> int:
     beside the socket, held (``flock``) for the process's whole life and released by the
     kernel when it ends, however it ends. Returns the lock's file descriptor."""
     lock_path = socket_path.with_name(socket_path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:  # never through a planted symlink, and only into a regular file of this user's
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise EndpointError(f"cannot open the lock file {lock_path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        raise EndpointError(f"refusing the lock file {lock_path}: not a regular file of this user")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

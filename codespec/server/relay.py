@@ -32,7 +32,13 @@ import platformdirs
 from lsprotocol import types
 
 from .documents import Document
-from .endpoint import AUTH, AUTH_REFUSED, read_or_create_token
+from .endpoint import (
+    AUTH,
+    AUTH_REFUSED,
+    check_socket_owner,
+    check_socket_path,
+    read_or_create_token,
+)
 from .framing import FramingError, error_reply, frame, read_frame_sync
 
 REPLAY_ID = "codespec-relay-initialize"
@@ -71,17 +77,26 @@ def connect(socket_path: Path | None, tcp: tuple[str, int] | None) -> socket.soc
             frame({"jsonrpc": "2.0", "method": AUTH, "params": {"token": read_or_create_token()}})
         )
         return sock
+    check_socket_owner(socket_path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(str(socket_path))
+    try:
+        sock.connect(str(socket_path))
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
-def start_daemon(socket_path: Path, extra_args: list[str]) -> None:
+def daemon_log() -> Path:
+    return Path(platformdirs.user_state_dir("codespec")) / "daemon.log"
+
+
+def start_daemon(socket_path: Path, extra_args: list[str]) -> subprocess.Popen:
     """Start ``codespec serve`` detached from this process, logging to the state dir."""
-    log_dir = Path(platformdirs.user_state_dir("codespec"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "daemon.log", "ab") as log:
-        subprocess.Popen(
+    log_path = daemon_log()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -100,15 +115,20 @@ def start_daemon(socket_path: Path, extra_args: list[str]) -> None:
 
 
 def connect_or_start(socket_path: Path, daemon_args: list[str], wait_s: float = 60.0):
+    """Connect to the daemon, starting one if none listens. A daemon that cannot start (its
+    socket path is unusable, say: exit status 2) ends the wait at once."""
     try:
         return connect(socket_path, None)
     except (FileNotFoundError, ConnectionRefusedError):
-        start_daemon(socket_path, daemon_args)
+        check_socket_path(socket_path)  # a directory there would fail the daemon: say so now
+        started = start_daemon(socket_path, daemon_args)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             return connect(socket_path, None)
         except (FileNotFoundError, ConnectionRefusedError):
+            if started.poll() == 2:
+                raise OSError(f"the codespec daemon could not start (see {daemon_log()})") from None
             time.sleep(0.05)
     raise TimeoutError(f"the codespec daemon did not come up on {socket_path} in {wait_s:.0f} s")
 
