@@ -73,6 +73,29 @@ def sized_by_time(options: CompletionOptions, prefill_rate: float | None) -> Com
     )
 
 
+# Tokens of a prompt that are not windows: special tokens, the repository's and files' names.
+PROMPT_OVERHEAD_TOKENS = 256
+
+
+def within_context(options: CompletionOptions, pair: LoadedPair) -> CompletionOptions:
+    """Options whose windows, with the completion and the prompt's overhead, fit the model's
+    context: the other files' share goes first, then the suffix's and prefix's in proportion
+    (a prompt past the context would fail the model, and the settings allow one)."""
+    context = getattr(pair, "context_tokens", None)
+    if not context:
+        return options  # (not known: a stand-in pair that only tokenizes)
+    new = max(options.max_tokens, options.line_max_tokens)
+    room = max(context - new - PROMPT_OVERHEAD_TOKENS, MIN_PREFIX_TOKENS + MIN_SUFFIX_TOKENS)
+    prefix, suffix, extra = options.prefix_tokens, options.suffix_tokens, options.extra_tokens
+    if prefix + suffix + extra <= room:
+        return options
+    extra = max(0, min(extra, room - prefix - suffix))
+    if prefix + suffix > room:
+        suffix = suffix * room // (prefix + suffix)
+        prefix = room - suffix
+    return replace(options, prefix_tokens=prefix, suffix_tokens=suffix, extra_tokens=extra)
+
+
 def complete(
     pair: LoadedPair,
     cursor: Cursor,
@@ -149,7 +172,7 @@ def prompt_at(
         extra_files=extra_files,
         prefix_from=anchor.window_at if anchor is not None else None,
     )
-    budgets = sized_by_time(options, pair.engine.prefill_rate)
+    budgets = within_context(sized_by_time(options, pair.engine.prefill_rate), pair)
     prompt, window_at = build_fim_prompt(
         pair.tokenizer,
         pair.manifest.tokens,

@@ -59,6 +59,16 @@ def split_at(text: str, line: int, column: int) -> tuple[str, str]:
 # characters holds at least ``budget`` tokens: text is cut to that before it is tokenized, and
 # a multi-megabyte document costs no more to prompt than a small one.
 MAX_CHARS_PER_TOKEN = 32
+# Names in the prompt (the file's path, other documents' paths, the repository's) come from the
+# client: each is cut to its last characters, so a long URI costs a name's tokens, not its own.
+MAX_NAME_CHARS = 160
+
+
+def name_in_prompt(name: str) -> str:
+    """``name`` as the prompt shows it: whole, or its end when longer than ``MAX_NAME_CHARS``
+    (the end names the file), on one line."""
+    name = name.replace("\n", " ").replace("\r", " ")
+    return name if len(name) <= MAX_NAME_CHARS else "..." + name[-(MAX_NAME_CHARS - 3) :]
 
 
 # A prefix window keeps its first line while the cursor moves nearby, as long as the window
@@ -135,15 +145,17 @@ def build_fim_prompt(
     repo_level = bool(tokens.file_sep) and (request.extra_files or request.path)
     if repo_level:
         if tokens.repo_name:
-            ids += special(tokens.repo_name) + encode((request.repo or "workspace") + "\n")
+            repo = name_in_prompt(request.repo or "workspace")
+            ids += special(tokens.repo_name) + encode(repo + "\n")
         left = extra_tokens
         for path, text in request.extra_files:
-            body = encode(f"{path}\n{text[: left * MAX_CHARS_PER_TOKEN]}")[:left]
+            shown = f"{name_in_prompt(path)}\n{text[: left * MAX_CHARS_PER_TOKEN]}"
+            body = encode(shown)[:left]
             if not body:
                 break
             ids += special(tokens.file_sep) + body
             left -= len(body)
-        ids += special(tokens.file_sep) + encode(f"{request.path or 'untitled'}\n")
+        ids += special(tokens.file_sep) + encode(name_in_prompt(request.path or "untitled") + "\n")
     prefix = clip_prefix(tokenizer, request.prefix, prefix_tokens, request.prefix_from)
     suffix = clip_suffix(tokenizer, request.suffix, suffix_tokens)
     ids += special(tokens.fim_prefix) + encode(prefix)

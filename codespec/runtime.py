@@ -44,6 +44,7 @@ class LoadedPair:
     load_s: float
     stop_ids: set[int]
     quantization: str = "off"  # what runs the linear layers, and why (see quant/kernels.py)
+    context_tokens: int = 32768  # the target's context: a prompt and its completion fit in it
 
     @property
     def model_label(self) -> str:
@@ -90,6 +91,7 @@ def load_pair(
     dtype = loaded[0][2]
     del loaded  # it holds the models too: the draft must go when the engine releases it
     target, draft = models[0], (models[1] if len(models) > 1 else None)
+    context_tokens = int(getattr(target.config, "max_position_embeddings", 0) or 32768)
     if draft is not None and draft.config.vocab_size > target.config.vocab_size:
         raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
     load_s = time.perf_counter() - t0
@@ -122,6 +124,7 @@ def load_pair(
         load_s=load_s,
         stop_ids=stop_ids,
         quantization="; ".join(notes) or "off",
+        context_tokens=context_tokens,
     )
 
 

@@ -248,8 +248,9 @@ def shape(completion: str, cursor: Cursor, mode: Mode) -> str:
 
 
 def drop_partial_line(text: str, mode: Mode, stop_reason: str) -> str:
-    """A multi-line completion cut by the token limit ends at its last complete line."""
-    if mode is Mode.BLOCK and stop_reason == "max_tokens" and "\n" in text:
+    """A multi-line completion cut by the token limit (or stopped: a request that yielded the
+    worker to another session) ends at its last complete line."""
+    if mode is Mode.BLOCK and stop_reason in ("max_tokens", "cancelled") and "\n" in text:
         return text[: text.rfind("\n")]
     return text
 

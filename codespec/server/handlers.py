@@ -201,6 +201,7 @@ def worker_stats(worker: Worker) -> dict:
         "looked_ahead": s.looked_ahead,
         "ahead_rows": s.ahead_rows,
         "ahead_hits": s.ahead_hits,
+        "yielded": s.yielded,
     }
 
 

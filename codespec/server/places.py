@@ -89,6 +89,8 @@ class Job(Place):
     future: Future = field(default_factory=Future)
     id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
     superseded: bool = False  # cancelled because a newer request for the document came
+    yielded: bool = False  # stopped after its share of the worker: another session waited
+    share_timer: Any = None  # the threading.Timer that ends its share, once one is due
     timing: Timing = field(default_factory=Timing)  # arrived: when it was submitted
 
 

@@ -8,7 +8,9 @@ Scheduling rules:
   shares that work, and between two layers otherwise);
 * a job whose document has changed since it was submitted is answered empty without running
   the model (its result would be for text that no longer exists);
-* sessions are served round-robin, so one busy editor cannot starve another;
+* sessions are served round-robin, so one busy editor cannot starve another, and while another
+  session's request waits, a running request gets ``JOB_SHARE_S`` from its start, then stops at
+  its next pass and is answered with what it has (``Job.yielded``);
 * the queue is bounded: past ``MAX_QUEUED`` waiting requests the oldest is answered empty, and
   a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
   editor has moved on; a late ghost text is worse than none). The wait counts from when the
@@ -47,6 +49,10 @@ from .places import Job, WarmJob
 
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
 QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it is dropped
+# The most of the worker one request takes while another session's request waits: then it is
+# answered with what it has. A session's long completion (maxTokens 1024, no stop rules, a
+# huge prompt) cannot hold other editors past this plus one pass.
+JOB_SHARE_S = 4.0
 # Quiet seconds after a request before the heap is trimmed: a trim takes a while, and a trim
 # after every request made the next keystroke's request wait for it.
 TRIM_AFTER_IDLE_S = 1.0
@@ -76,6 +82,7 @@ class WorkerStats:
     looked_ahead: int = 0  # places whose next keystrokes were computed ahead
     ahead_rows: int = 0  # rows those passes computed
     ahead_hits: int = 0  # requests that started from a prompt computed ahead
+    yielded: int = 0  # requests stopped after their share while another session waited
 
 
 class Worker:
@@ -87,7 +94,9 @@ class Worker:
         pass_delay_s: float = 0.0,
         record: Callable[[dict], None] | None = None,
         queue_deadline_s: float = QUEUE_DEADLINE_S,
+        job_share_s: float = JOB_SHARE_S,
     ) -> None:
+        self.job_share_s = job_share_s
         self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
         self.queue_deadline_s = queue_deadline_s
         self.ready_since: float | None = None  # when get_pair first returned (the model loaded)
@@ -126,6 +135,7 @@ class Worker:
                 self._answer_empty(oldest, "dropped")
             if job.session not in self.order:
                 self.order.append(job.session)
+            self._share_due()
             self.cond.notify()
         return job.future
 
@@ -219,6 +229,7 @@ class Worker:
                         self._answer_empty(queue.popleft(), "expired")
                     if queue:
                         self.running = queue.popleft()
+                        self._share_due()
                         return self.running
                 if self.warm_jobs:  # nothing waits: warm the newest place
                     key = next(reversed(self.warm_jobs))
@@ -230,6 +241,30 @@ class Worker:
                     self.trim_due = False
                     self._trim_unlocked()
             return None
+
+    def _share_due(self) -> None:
+        """(Under the lock.) While a request of another session waits, the running request
+        gets ``JOB_SHARE_S`` of the worker from its start, then yields: it stops at its next
+        prefill chunk end or target pass and is answered with what it has (``Job.yielded``)."""
+        running = self.running
+        if not isinstance(running, Job) or running.share_timer is not None:
+            return
+        if not self._others_wait(running.session):
+            return
+        started = running.timing.started or time.perf_counter()
+        left = max(0.0, self.job_share_s - (time.perf_counter() - started))
+        running.share_timer = threading.Timer(left, self._yield, args=(running,))
+        running.share_timer.daemon = True
+        running.share_timer.start()
+
+    def _others_wait(self, session: int) -> bool:
+        return any(q for s, q in self.queues.items() if s != session)
+
+    def _yield(self, job: Job) -> None:
+        with self.cond:
+            if self.running is job and self._others_wait(job.session):
+                job.yielded = True
+                job.signal.cancel(keep_chunk=True)  # (the chunk stays cached for its place)
 
     def _overdue(self, job: Job) -> bool:
         """Has ``job`` waited past the deadline since it came or the model was ready, whichever
@@ -268,6 +303,8 @@ class Worker:
             try:
                 self._serve(job)
             finally:
+                if job.share_timer is not None:
+                    job.share_timer.cancel()
                 with self.cond:
                     self.running = None
                     if self.latest.get((job.session, job.uri)) is job:
@@ -310,6 +347,11 @@ class Worker:
                 job.anchors[job.uri] = result.anchor
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
             return "failed", None, exc
+        if job.yielded and not job.superseded:  # its share ran out: what it has is the answer
+            self.stats.yielded += 1
+            if result.stats is not None:
+                result.stats.stop_reason = "yielded"
+            return ("served" if result.text else "empty"), result, None
         if job.signal.cancelled:
             self.stats.last_cancel = {
                 "passes_at_cancel": job.signal.passes_at_cancel,

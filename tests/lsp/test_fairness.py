@@ -1,0 +1,58 @@
+"""One busy session must not stall the others (lsp/PROTOCOL.md, "Scheduling"): a request that
+would run long (no stop rules, the largest token limit the settings allow) yields the worker
+after its share while another session's request waits, and is answered with what it has."""
+
+from __future__ import annotations
+
+import time
+
+from lsp_helpers import SOCKET
+from rpc import did_open, inline_request, unix_client
+
+from codespec.server.worker import JOB_SHARE_S
+
+
+def session(settings: dict):
+    client = unix_client(SOCKET)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"capabilities": {}, "processId": None, "initializationOptions": settings},
+        }
+    )
+    assert "capabilities" in client.reply_to(1)["result"]
+    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return client
+
+
+def test_a_long_request_yields_to_another_sessions_request(daemon):
+    hog = session({"stopRules": False, "maxTokens": 1024, "speculate": False, "warmAhead": False})
+    hog.send(did_open("file:///tmp/hog.py", "def long(x):\n    \n"))
+    hog.send(inline_request(2, "file:///tmp/hog.py", 1, 4))
+    hog_asked = time.monotonic()
+    time.sleep(1.0)  # the hog's request is running (1024 tokens at the daemon's pass delay)
+    other = session({"warmAhead": False})
+    other.send(did_open("file:///tmp/other.py", "def short(y):\n    \n"))
+    asked = time.monotonic()
+    other.send(inline_request(2, "file:///tmp/other.py", 1, 4))
+    assert "result" in other.reply_to(2)
+    waited = time.monotonic() - asked
+    assert waited < JOB_SHARE_S + 5, waited  # not the hog's whole 1024 tokens
+    hogged = hog.reply_to(2)  # answered with what it had when its share ran out
+    assert "items" in hogged["result"] and time.monotonic() - hog_asked < JOB_SHARE_S + 10
+    hog.send({"jsonrpc": "2.0", "id": 3, "method": "codespec/stats", "params": {}})
+    assert hog.reply_to(3)["result"]["daemon"]["yielded"] >= 1
+
+
+def test_a_long_request_alone_is_not_cut(daemon):
+    """With nobody else waiting, the share does not apply: the request runs to its limit."""
+    alone = session({"stopRules": False, "maxTokens": 300, "speculate": False, "warmAhead": False})
+    alone.send(did_open("file:///tmp/alone.py", "def alone(x):\n    \n"))
+    alone.send({"jsonrpc": "2.0", "id": 9, "method": "codespec/stats", "params": {}})
+    before = alone.reply_to(9)["result"]["daemon"]["yielded"]
+    alone.send(inline_request(2, "file:///tmp/alone.py", 1, 4))
+    assert "result" in alone.reply_to(2)
+    alone.send({"jsonrpc": "2.0", "id": 3, "method": "codespec/stats", "params": {}})
+    assert alone.reply_to(3)["result"]["daemon"]["yielded"] == before
