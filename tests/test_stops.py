@@ -276,6 +276,30 @@ def test_a_prompt_a_few_lines_below_the_last_one_shares_its_window(tiny_manifest
     assert common_prefix_len(first, fresh) < shared / 2
 
 
+def test_a_long_name_costs_a_names_tokens_and_a_prompt_fits_the_context(tiny_manifest):
+    """A 200,000-character file name (a client's URI) is cut to its end in the prompt; windows
+    the settings allow but the model's context does not are cut to fit it, with the completion."""
+    from codespec.completion import CompletionOptions, prompt_at
+    from codespec.prompt import MAX_NAME_CHARS
+    from codespec.runtime import load_pair
+
+    pair = load_pair(str(tiny_manifest), progress=lambda m: None)
+    cursor = Cursor("def f(x):\n    ", "\n", language_for("python"))
+    options = CompletionOptions(prompt_seconds=0)
+    short, _ = prompt_at(pair, cursor, options, "a.py")
+    long_name = "d" * 200_000 + "/a.py"
+    long, _ = prompt_at(pair, cursor, options, long_name, extra_files=((long_name, "x = 1"),))
+    assert len(long) - len(short) < 3 * MAX_NAME_CHARS  # not 25,000 tokens
+    assert pair.tokenizer.decode(long).count("/a.py") == 2  # each name keeps its end
+    huge = "".join(f"value_{i} = {i} * {i}\n" for i in range(20_000))
+    big = CompletionOptions(prompt_seconds=0, prefix_tokens=32768, suffix_tokens=32768)
+    wide = Cursor(huge, huge, language_for("python"))
+    assert pair.context_tokens == 32768  # the model's own (max_position_embeddings)
+    pair.context_tokens = 2048  # as for a model of a shorter context
+    prompt, _ = prompt_at(pair, wide, big, "a.py")
+    assert 1500 < len(prompt) and len(prompt) + big.max_tokens <= pair.context_tokens
+
+
 def test_typing_what_the_ghost_text_shows_keeps_the_rest():
     from codespec.server.jobs import typed_through
 
