@@ -12,6 +12,7 @@ for whatever version numbers the client sends.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -34,6 +35,28 @@ def _units(char: str, encoding: str) -> int:
     if encoding == "utf-32":
         return 1
     return 2 if code >= 0x10000 else 1
+
+
+def chars_in(line: str, units: int, encoding: str) -> int:
+    """How many characters of ``line`` the first ``units`` code units of ``encoding`` cover; a
+    character whose units are only partly covered is not counted (a position inside it means
+    the place before it). Computed on encoded slices, not character by character: a keystroke
+    at column 900,000 of a minified line costs microseconds, not a Python loop over the line."""
+    head = line[:units]  # each character is at least one unit: the answer lies in here
+    if encoding == "utf-32" or head.isascii():
+        return len(head)
+    if encoding == "utf-8":
+        data = head.encode("utf-8", "surrogatepass")[:units]
+        try:
+            return len(data.decode("utf-8", "surrogatepass"))
+        except UnicodeDecodeError as cut:  # inside a character at the end: stay before it
+            return len(data[: cut.start].decode("utf-8", "surrogatepass"))
+    data = head.encode("utf-16-le", "surrogatepass")[: 2 * units]
+    covered = data.decode("utf-16-le", "surrogatepass")
+    count = len(covered)
+    if count and covered[-1] != head[count - 1]:  # half of a surrogate pair: before it
+        count -= 1
+    return count
 
 
 def units_of(text: str, encoding: str) -> int:
@@ -81,15 +104,9 @@ class Document:
         if position.line >= len(starts):
             return len(self.text)
         start, end = self.line_span(position.line)
-        left = max(position.character, 0)
-        offset = start
-        while offset < end and left > 0:
-            need = _units(self.text[offset], encoding)
-            if need > left:  # inside a character's code units: stay before it
-                break
-            left -= need
-            offset += 1
-        return offset
+        units = max(position.character, 0)
+        # each character is at least one unit: the answer lies in the first ``units`` of them
+        return start + chars_in(self.text[start : min(end, start + units)], units, encoding)
 
     def position_at(self, offset: int, encoding: str = "utf-16") -> types.Position:
         starts = self.line_starts()
@@ -105,15 +122,40 @@ class Document:
     # -- edits ------------------------------------------------------------------------------
 
     def apply(self, change: types.TextDocumentContentChangeEvent, encoding: str) -> None:
+        """Apply one change. Its cost follows the change, not the document: the position is
+        found in C-speed slices of its line, and the line index is mended around the edit
+        (lines after it shift), never rebuilt."""
         if isinstance(change, types.TextDocumentContentChangePartial):
             a = self.offset_at(change.range.start, encoding)
             b = self.offset_at(change.range.end, encoding)
             a, b = min(a, b), max(a, b)
             self.text = self.text[:a] + change.text + self.text[b:]
+            self._mend_starts(a, b, len(change.text))
         else:
             self.text = change.text
-        self._starts = None
+            self._starts = None
         self.edits += 1
+
+    def _mend_starts(self, a: int, b: int, inserted: int) -> None:
+        """The line index after text ``[a, b)`` became ``inserted`` characters. Starts before
+        ``a`` stay; starts after ``b + 1`` shift; the ones between are found again in the new
+        text from ``a - 1`` (a ``\r`` there may now pair with a ``\n``) to the old ``b + 1``
+        (a ``\r\n`` across it is still one break: its start comes with the shifted ones)."""
+        starts = self._starts
+        if starts is None:
+            return
+        text, delta = self.text, inserted - (b - a)
+        keep = max(bisect.bisect_left(starts, a), 1)  # (0 starts the first line, always)
+        shift = bisect.bisect_right(starts, b + 1)
+        tail = [start + delta for start in starts[shift:]]
+        low, high = max(a - 1, 0), min(b + 1 + delta, len(text))
+        between = []
+        for match in LINE_END.finditer(text, low, high):
+            end = match.end()
+            split_pair = end == high and text[end - 1] == "\r" and text[end : end + 1] == "\n"
+            if end >= a and not split_pair:  # (a lone \r cut from its \n by the scan's end)
+                between.append(end)
+        self._starts = starts[:keep] + between + tail
 
     def split(self, offset: int) -> tuple[str, str]:
         """The text before and after ``offset``, each cut to a window that starts and ends at

@@ -56,3 +56,60 @@ def test_a_long_request_alone_is_not_cut(daemon):
     assert "result" in alone.reply_to(2)
     alone.send({"jsonrpc": "2.0", "id": 3, "method": "codespec/stats", "params": {}})
     assert alone.reply_to(3)["result"]["daemon"]["yielded"] == before
+
+
+def test_costly_edits_in_one_session_do_not_hold_another(daemon):
+    """60 keystrokes at column 900,000 of a 1 MB line, then one didChange of 5,000 edits to a
+    180 KB document: another session's request is still answered within a bound (these took
+    32 s and 46 s of the shared event loop when an edit cost its line or its document)."""
+    from rpc import did_open as opened
+
+    editor = session({"warmAhead": False})
+    editor.send(opened("file:///tmp/min.js", "a\n" + "x" * 1_000_000 + "\n"))
+    for i in range(60):
+        at = {"line": 1, "character": 900_000 + i}
+        editor.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didChange",
+                "params": {
+                    "textDocument": {"uri": "file:///tmp/min.js", "version": i + 2},
+                    "contentChanges": [{"range": {"start": at, "end": at}, "text": "y"}],
+                },
+            }
+        )
+    lines = "".join(f"value_{i} = {i}\n" for i in range(12_000))[:180_000]
+    editor.send(opened("file:///tmp/big.py", lines))
+    changes = [
+        {
+            "range": {"start": {"line": i, "character": 0}, "end": {"line": i, "character": 0}},
+            "text": "z",
+        }
+        for i in range(5_000)
+    ]
+    editor.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": "file:///tmp/big.py", "version": 2},
+                "contentChanges": changes,
+            },
+        }
+    )
+    other = session({"warmAhead": False})
+    other.send(did_open("file:///tmp/quick.py", "def quick(z):\n    \n"))
+    asked = time.monotonic()
+    other.send(inline_request(2, "file:///tmp/quick.py", 1, 4))
+    assert "result" in other.reply_to(2)
+    assert time.monotonic() - asked < 15
+    editor.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "codespec/document",
+            "params": {"uri": "file:///tmp/min.js"},
+        }
+    )
+    text = editor.reply_to(5)["result"]["text"]
+    assert text[2 + 900_000 : 2 + 900_060] == "y" * 60
