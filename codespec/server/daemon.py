@@ -70,7 +70,8 @@ class Daemon:
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
-        self.unauthenticated = 0
+        # connections still to authenticate (TCP), oldest first: their writers
+        self.unauthenticated: dict[asyncio.StreamWriter, None] = {}
 
     def load_in_background(self) -> None:
         def load() -> None:
@@ -96,14 +97,18 @@ class Daemon:
     async def handle(self, reader, writer, token: str | None = None) -> None:
         """One connection: authenticate (TCP), then run an LSP session on it."""
         if token is not None:
-            if self.unauthenticated >= MAX_UNAUTHENTICATED:
-                writer.close()
-                return
-            self.unauthenticated += 1
+            if len(self.unauthenticated) >= MAX_UNAUTHENTICATED:
+                # make room by closing the connection that has waited longest: a local user
+                # holding idle connections cannot lock real clients out (they authenticate
+                # at once; an idle one waits AUTH_TIMEOUT_S at most anyway)
+                oldest = next(iter(self.unauthenticated))
+                del self.unauthenticated[oldest]
+                oldest.close()
+            self.unauthenticated[writer] = None
             try:
                 verdict = await _authenticated(reader, token)
             finally:
-                self.unauthenticated -= 1
+                self.unauthenticated.pop(writer, None)
             if verdict is not True:
                 if verdict == AUTH_REFUSED:  # it spoke the protocol: tell it why it is closed
                     writer.write(frame({"jsonrpc": "2.0", "method": AUTH_REFUSED, "params": {}}))

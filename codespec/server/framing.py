@@ -114,6 +114,10 @@ def check_message(body: bytes) -> tuple[dict | None, dict | None]:
         )
     if "method" not in message and "id" not in message:
         return None, error_reply(None, -32600, "Invalid Request")
+    if "id" in message and not _valid_id(message["id"]) and message["id"] is not None:
+        # JSON-RPC ids are strings or integers: an array, an object, a boolean or a fraction
+        # is not echoed back (pygls would, or serve it), and the message is not run
+        return None, error_reply(None, -32600, "Invalid Request: id must be a string or integer")
     return message, None
 
 

@@ -36,6 +36,9 @@ from .worker import Worker
 
 log = logging.getLogger("codespec.session")
 PID_MAX = 1 << 22  # Linux's largest pid_max
+# replies a client has left unread when the next one is due: past this it is disconnected (a
+# client that reads holds next to none, whatever the size of one reply)
+MAX_UNREAD_BYTES = 16 << 20
 
 
 class CodespecServer(LanguageServer):
@@ -125,6 +128,15 @@ class CodespecProtocol(LanguageServerProtocol):
             error.data = None
             if error.code == JsonRpcInternalError.CODE:
                 error.message = "internal error (details in the daemon log)"
+        transport = getattr(self.writer, "transport", None)
+        if transport is not None and transport.is_closing():
+            return  # (disconnected: nothing more is sent, or built for it)
+        if transport is not None and transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+            # a client that has not read what was sent before: its replies would pile up here
+            log.warning("session %s does not read its replies; disconnecting it", self.session.id)
+            self.session.exited = True  # what it already sent is not served either
+            transport.abort()
+            return
         super()._send_data(data)
 
 

@@ -134,6 +134,15 @@ def test_every_request_gets_exactly_one_correct_reply(daemon):
     assert drain(client, 1.0) == []  # and nothing else: no second reply to any of them
 
 
+@pytest.mark.parametrize("odd", [[1], {"a": 1}, True, 1.5])
+def test_an_id_that_is_not_a_string_or_integer_is_refused_not_echoed(daemon, odd):
+    client = initialized()
+    client.send({"jsonrpc": "2.0", "id": odd, "method": "codespec/stats", "params": {}})
+    reply = client.read()
+    assert reply["id"] is None and reply["error"]["code"] == -32600
+    assert request(client, 2, "codespec/stats", {})["result"]  # the session goes on
+
+
 def test_bad_notifications_are_ignored_quietly(daemon):
     client = unix_client(SOCKET)
     client.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {}})  # too early
@@ -487,6 +496,63 @@ def test_idle_unauthenticated_connections_are_capped_and_timed_out(tcp_daemon):
     good = tcp_client(port)
     good.send({"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}})
     assert good.initialize()["result"]
+
+
+def test_idle_unauthenticated_connections_cannot_lock_a_real_client_out(tcp_daemon):
+    """A local user holding as many idle connections as the cap: a real client, which sends its
+    token at once, still gets in (the longest-waiting idle one makes room)."""
+    port, token, proc = tcp_daemon
+    idle = [tcp_client(port) for _ in range(MAX_UNAUTHENTICATED)]
+    time.sleep(0.3)  # all of them are waiting to authenticate
+    good = tcp_client(port)
+    good.send({"jsonrpc": "2.0", "method": "codespec/auth", "params": {"token": token}})
+    assert good.initialize()["result"]
+    for client in idle:
+        client.sock.close()
+
+
+def test_a_client_that_never_reads_is_disconnected_not_buffered(daemon):
+    """Replies pile up in the daemon for a client that sends and never reads: past a bound it
+    is disconnected (one log line) and what it sent is not served. Twenty 10 MB replies asked
+    for then grow the daemon no more than two do (the first round sets the high-water mark of
+    parsing a 10 MB document: memory freed is not always returned to the system)."""
+
+    def hog(uri: str, replies: int) -> RawClient:
+        client = initialized()
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.send(did_open(uri, "x" * 10_000_000))
+        try:
+            for i in range(replies):
+                params = {"uri": uri}
+                client.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 100 + i,
+                        "method": "codespec/document",
+                        "params": params,
+                    }
+                )
+        except OSError:
+            pass  # disconnected while we were still sending: as it should be
+        time.sleep(3)
+        return client
+
+    hog("file:///tmp/big-doc-a.py", 2)
+    rss_after_two = _rss_mb(daemon.pid)
+    client = hog("file:///tmp/big-doc-b.py", 20)
+    assert _rss_mb(daemon.pid) - rss_after_two < 60  # not eighteen more replies of 10 MB
+    assert "does not read its replies" in log_of(daemon)
+    client.sock.settimeout(5)
+    try:
+        while client.sock.recv(1 << 20):  # what was sent, then the daemon's hang-up
+            pass
+        hung_up = True
+    except ConnectionResetError:
+        hung_up = True
+    except TimeoutError:  # still connected, waiting for more
+        hung_up = False
+    assert hung_up
+    assert request(initialized(), 3, "codespec/stats", {})["result"]
 
 
 def _rss_mb(pid: int) -> float:
