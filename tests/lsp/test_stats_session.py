@@ -374,3 +374,31 @@ def test_hostile_verdicts_and_filters_get_plain_errors_and_count_nothing(stats_d
     python.accept()
     assert by_language(stats_request(client, {})) == {"python": (1, 1, 0, 0)}
     assert proc.poll() is None
+
+
+def test_sigterm_records_the_suggestions_still_showing_and_folds_the_wal(stats_daemon):
+    """A daemon stopped (SIGTERM) while suggestions are on screen: they count as left
+    unaccepted, in the store's file itself (a copy of it alone holds every row)."""
+    proc, socket_path, db = stats_daemon
+    client = session(socket_path, reports_verdicts=True)
+    editor = Editor(client, "python", reports_verdicts=True)
+    _, sid = editor.suggest()
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "show",
+            "method": "workspace/executeCommand",
+            "params": {"command": "codespec.didShow", "arguments": [sid]},
+        }
+    )
+    assert client.reply_to("show")["result"] is None
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    copy = db.with_name("copy.sqlite3")
+    copy.write_bytes(db.read_bytes())
+    conn = sqlite3.connect(copy)
+    verdict = conn.execute("SELECT shown, verdict FROM requests WHERE id = ?", (sid,)).fetchone()
+    conn.close()
+    assert verdict == (1, "rejected")
