@@ -390,6 +390,73 @@ def test_close_folds_the_wal_into_the_file(tmp_path):
 # -- the report ------------------------------------------------------------------------------
 
 
+def random_rows(rng, n: int) -> list[dict]:
+    """Rows of every outcome, verdict, stop and missing latency, over ten days."""
+    rows = []
+    for i in range(n):
+        outcome = rng.choice(["served", "served", "empty", "cancelled", "stale", "failed"])
+        extra = {
+            "kind": rng.choice(["single", "multi", "none"]),
+            "trigger": rng.choice(["auto", "invoked"]),
+            "outcome": outcome,
+            "stop": rng.choice(["", "eos", "max_tokens", "stop_rule", "cancelled"]),
+            "tokens": rng.randrange(0, 60),
+            "chars": rng.randrange(0, 300),
+            "lines": rng.randrange(0, 9),
+            "passes": rng.randrange(1, 40),
+            "ngram_proposed": rng.randrange(0, 30),
+            "ngram_accepted": rng.randrange(0, 10),
+            "draft_proposed": rng.randrange(0, 30),
+            "draft_accepted": rng.randrange(0, 10),
+            "prefill_tokens": rng.randrange(0, 900),
+            "cached_tokens": rng.randrange(0, 900),
+            "decode_s": rng.random() * 3,
+            "shown": rng.choice([0, 1, 1]),
+            "verdict": rng.choice([None, "accepted", "partial", "rejected"]),
+            "accepted_chars": rng.randrange(0, 100),
+        }
+        for name in ("queue_ms", "prefill_ms", "first_ms", "total_ms"):
+            extra[name] = None if rng.random() < 0.2 else float(rng.randrange(0, 2000))
+        language = rng.choice(["python", "rust", "go", "lua"])
+        rows.append(row(f"q{i}", language, age_s=rng.random() * 10 * 86400, **extra))
+    return rows
+
+
+@pytest.mark.parametrize("by", ["language", "kind", "day"])
+@pytest.mark.parametrize("since, language", [("all", None), ("3d", None), ("all", "rust")])
+def test_the_sql_report_is_the_report_built_from_the_rows(tmp_path, by, since, language):
+    """``report.query`` aggregates in SQLite; ``report.build`` defines the figures over rows.
+    On a random store they agree on every figure, for every grouping and filter."""
+    import random
+
+    from codespec.stats.report import fetch, query
+
+    store = Store(tmp_path / "s.sqlite3")
+    for r in random_rows(random.Random(hash((by, since, language)) % 1000), 600):
+        store.put_request(r)
+    store.close()
+    conn = open_readonly(tmp_path / "s.sqlite3")
+    fast = query(conn, since, language, by)
+    naive = build(fetch(conn, parse_since(since), language), by, since, language)
+    assert same(fast, naive)
+    assert fast["total"]["requests"] > 0 and len(fast["groups"]) > (1 if not language else 0)
+
+
+def same(a, b, where: str = "report") -> bool:
+    """Equal, floats within rounding (sums taken in another order), recursively."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), (where, set(a) ^ set(b))
+        return all(same(a[k], b[k], f"{where}.{k}") for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        return all(same(x, y, f"{where}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True)))
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9), (where, a, b)
+        return True
+    assert a == b, (where, a, b)
+    return True
+
+
 def test_report_figures_by_language_kind_and_day():
     rows = [
         {

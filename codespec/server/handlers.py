@@ -169,7 +169,7 @@ async def stats_reply(ls: CodespecServer, params: Any) -> dict:
 
     def read_report() -> dict:  # off the event loop: a long history takes a while
         store.flush()
-        return store.read(lambda conn: report.query(conn, since, language, by))[1]
+        return store.read(lambda conn: report.query(conn, since, language, by))
 
     try:
         built = await asyncio.to_thread(read_report)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .report import ReportError, parse_since, query, table
+from .report import ReportError, fetch, parse_since, query, table
 from .store import StoreError, default_path, open_readonly
 
 EXIT_USAGE = 2
@@ -50,9 +50,11 @@ def run(args: argparse.Namespace, ask_daemon: AskDaemon | None = None) -> int:
             return 0
         return _fail(str(exc))
     with conn:
-        rows, report = query(conn, args.since, args.language, args.by)
+        report = query(conn, args.since, args.language, args.by)
+        # the page draws its charts from the rows; the table and the JSON need none of them
+        rows = fetch(conn, parse_since(args.since), args.language) if args.html else []
     report["store"] = {"path": str(path)}
-    if not rows and not args.json:
+    if not report["total"]["requests"] and not args.json:
         window = "" if args.since == "all" else f" in the last {args.since}"
         language = f" for {args.language}" if args.language else ""
         print(f"codespec: no completions recorded{language}{window} ({path})")

@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from .record import REQUEST_COLUMNS
+from .summary import summaries
 
 GROUPINGS = ("language", "kind", "day")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
@@ -35,10 +36,8 @@ def parse_since(text: str | None) -> float | None:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
-def fetch(
-    conn: sqlite3.Connection, since_s: float | None = None, language: str | None = None
-) -> list[dict]:
-    """The rows in the window, oldest first."""
+def window(since_s: float | None, language: str | None) -> tuple[str, list]:
+    """The SQL ``WHERE`` clause (or "") and its arguments for a window and a language."""
     where, args = [], []
     if since_s is not None:
         where.append("t >= ?")
@@ -46,11 +45,17 @@ def fetch(
     if language:
         where.append("language = ?")
         args.append(language)
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+def fetch(
+    conn: sqlite3.Connection, since_s: float | None = None, language: str | None = None
+) -> list[dict]:
+    """The rows in the window, oldest first (for the HTML page's charts)."""
+    where, args = window(since_s, language)
     names = list(REQUEST_COLUMNS)
-    query = f"SELECT {', '.join(names)} FROM requests"
-    if where:
-        query += " WHERE " + " AND ".join(where)
-    return [dict(zip(names, row, strict=True)) for row in conn.execute(query + " ORDER BY t", args)]
+    query = f"SELECT {', '.join(names)} FROM requests{where} ORDER BY t"
+    return [dict(zip(names, row, strict=True)) for row in conn.execute(query, args)]
 
 
 def shown_and_accepted(conn: sqlite3.Connection, since_t: float) -> tuple[int, int]:
@@ -63,16 +68,22 @@ def shown_and_accepted(conn: sqlite3.Connection, since_t: float) -> tuple[int, i
     return int(shown), int(accepted)
 
 
-def query(
-    conn: sqlite3.Connection, since: str | None, language: object, by: object
-) -> tuple[list[dict], dict]:
-    """Check the filters a user or client gave, then the rows and the report for them (the
-    one path for ``codespec stats`` and the ``codespec/stats`` request)."""
+def query(conn: sqlite3.Connection, since: str | None, language: object, by: object) -> dict:
+    """Check the filters a user or client gave, then the report for them, computed in SQLite
+    (``summary.py``; the one path for ``codespec stats`` and the ``codespec/stats`` request)."""
     since_s = parse_since(since)
     if language is not None and not isinstance(language, str):
         raise ReportError("language must be a string")
-    rows = fetch(conn, since_s, language)
-    return rows, build(rows, by if isinstance(by, str) else repr(by), since, language)
+    by = by if isinstance(by, str) else repr(by)
+    if by not in GROUPINGS:
+        raise ReportError(f"--by wants one of {', '.join(GROUPINGS)}, not {by!r}")
+    where, args = window(since_s, language)
+    total, groups = summaries(conn, where, args, by)
+    return {
+        "filters": {"since": since or "all", "language": language, "by": by},
+        "total": total,
+        "groups": [{"key": key, **groups[key]} for key in sorted(groups)],
+    }
 
 
 def group_key(row: dict, by: str) -> str:
