@@ -64,13 +64,33 @@ def read_text(path: str | os.PathLike, limit: int = MAX_SMALL_FILE_BYTES) -> str
         raise FileError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+LOG_FILE = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_new(path: Path, mode: int) -> int:
+    """A file descriptor of a new file at ``path`` (a temporary name of ours), never through a
+    symlink planted there: what is at the name already (a crashed run's leftover, a link) is
+    removed first, itself, never what a link points to."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, NEW_FILE, mode)
+
+
+def open_log(path: Path) -> int:
+    """A log file's descriptor for appending (0600), never followed through a symlink."""
+    return os.open(path, LOG_FILE, 0o600)
+
+
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (mode 0600) atomically: a temporary file in the same folder,
     flushed to disk, then renamed over ``path``; a crash or a full disk leaves the old file
     or none, never a partial one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = create_new(tmp, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

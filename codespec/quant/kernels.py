@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import machine
-from ..files import parse_json
+from ..files import create_new, parse_json
 from .layers import (
     Int4Weight,
     QuantLinear,
@@ -263,7 +263,8 @@ def write_atomically(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text)
+        with os.fdopen(create_new(tmp, 0o644), "w", encoding="utf-8") as out:
+            out.write(text)
         os.replace(tmp, path)
     except OSError:
         pass

@@ -31,6 +31,7 @@ from typing import BinaryIO
 import platformdirs
 from lsprotocol import types
 
+from ..files import open_log
 from .documents import Document
 from .endpoint import (
     AUTH,
@@ -95,7 +96,7 @@ def start_daemon(socket_path: Path, extra_args: list[str]) -> subprocess.Popen:
     """Start ``codespec serve`` detached from this process, logging to the state dir."""
     log_path = daemon_log()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_log(log_path), "ab") as log:
         return subprocess.Popen(
             [
                 sys.executable,
