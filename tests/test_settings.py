@@ -136,3 +136,45 @@ def test_unknown_keys_are_one_warning_however_many():
     assert merged.max_tokens == 80
     (line,) = problems
     assert "20000 unknown settings ignored" in line and "'bogus0'" in line and len(line) < 200
+
+
+def test_fuzzed_settings_never_raise_and_never_leave_a_limit():
+    """Random keys (known, camelCase, unknown) with random values of every JSON type: merge
+    always returns settings whose every field is one the declarations allow."""
+    import random
+
+    rng = random.Random(3)
+    junk = [
+        None,
+        True,
+        False,
+        -1,
+        0,
+        1,
+        7,
+        2**70,
+        -(2**70),
+        0.5,
+        -0.0,
+        float("nan"),
+        float("inf"),
+        1e308,
+        "",
+        "auto",
+        "never",
+        "x" * 1000,
+        [],
+        ["python"],
+        [1],
+        {},
+        {"a": 1},
+        [[["deep"]]],
+    ]
+    keys = list(config.ALIASES) + list(config.SETTINGS) + ["bogus", "", "__class__"]
+    for _ in range(3000):
+        values = {rng.choice(keys): rng.choice(junk) for _ in range(rng.randrange(1, 6))}
+        merged, problems = merge(Settings(), values)
+        assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+        for name in config.SETTINGS:
+            value = getattr(merged, name)
+            assert config.check(name, list(value) if isinstance(value, tuple) else value) == value

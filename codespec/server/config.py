@@ -6,6 +6,7 @@ its previous value, so a typo never takes the daemon down.
 
 from __future__ import annotations
 
+import math
 import reprlib
 import tomllib
 from dataclasses import Field, dataclass, field, fields, replace
@@ -135,6 +136,8 @@ def _valid(declared: Field, value: Any) -> Any | None:
         kinds = int if isinstance(default, int) else int | float
         if not isinstance(value, kinds) or isinstance(value, bool):
             return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return None  # nan passes every comparison below, and inf is no size
         if limits["low"] is not None and value < limits["low"]:
             return None
         if limits["high"] is not None and value > limits["high"]:

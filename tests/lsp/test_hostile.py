@@ -602,6 +602,54 @@ def test_the_relay_exits_on_bad_framing_instead_of_hanging(daemon, header):
 # -- fuzzing ----------------------------------------------------------------------------------
 
 
+def test_fuzzed_messages_through_the_relay_never_make_it_deaf(daemon):
+    """Random and mutated messages (well framed: a framing violation ends the relay by design)
+    written to `codespec lsp`'s stdin: the relay stays up and relays, and a well-formed request
+    is answered afterwards."""
+    from rpc import relay_client
+
+    rng = random.Random(11)
+    junk = [None, True, -1, 2**70, "x", "", [], {}, [[[]]], 1.5e308, "é𐐀", "[" * 50_000]
+    relay, client = relay_client("--socket", str(SOCKET))
+    assert client.initialize()["result"]
+    client.send(did_open("file:///tmp/rf.py", "def f(x):\n    \n"))
+    templates = [
+        did_open("file:///tmp/rf.py", "x = 1\n"),
+        inline_request(5, "file:///tmp/rf.py", 1, 4),
+        {"jsonrpc": "2.0", "id": 6, "method": "codespec/stats", "params": {}},
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": "file:///tmp/rf.py", "version": 3},
+                "contentChanges": [{"text": "y = 2\n"}],
+            },
+        },
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didClose",
+            "params": {"textDocument": {"uri": "file:///tmp/nope.py"}},
+        },
+    ]
+    for _ in range(300):
+        message = json.loads(json.dumps(rng.choice(templates)))
+        target = message.get("params") if isinstance(message.get("params"), dict) else message
+        key = rng.choice(list(target) or ["zz"])
+        target[key] = rng.choice(junk)
+        body = json.dumps(message).encode()
+        if rng.random() < 0.1:
+            body = body[: rng.randrange(len(body))] or b"{"
+        elif rng.random() < 0.05:
+            body = b"[" * 100_000 + b"]" * 100_000
+        client.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    drained = drain(client, 2.0)
+    assert relay.poll() is None  # still up
+    assert all(no_leak(m) for m in drained if "error" in m)
+    client.send({"jsonrpc": "2.0", "id": "after", "method": "codespec/stats", "params": {}})
+    assert "daemon" in client.reply_to("after")["result"]
+    relay.kill()
+
+
 def test_fuzzed_frames_never_take_the_daemon_down(daemon):
     """A few thousand random and mutated frames (framing, JSON, params shapes) over many
     connections: the daemon stays up, never sends a traceback, and afterwards answers a
