@@ -105,20 +105,28 @@ def unix_client(path) -> RawClient:
 
 
 class _ProcessPipe:
-    """A `codespec lsp` process's stdin/stdout, shaped like the socket RawClient expects."""
+    """A `codespec lsp` process's stdin/stdout, shaped like the socket RawClient expects: a
+    read waits at most the timeout set (``TimeoutError`` then), as a socket's would."""
 
     def __init__(self, process) -> None:
         self.process = process
+        self.timeout: float | None = 30
 
     def sendall(self, data: bytes) -> None:
         self.process.stdin.write(data)
         self.process.stdin.flush()
 
     def recv(self, size: int) -> bytes:
-        return self.process.stdout.read1(size)
+        import os
+        import select
+
+        fd = self.process.stdout.fileno()  # (read raw: a buffered reader would hide bytes)
+        if not select.select([fd], [], [], self.timeout)[0]:
+            raise TimeoutError("no bytes from the relay")
+        return os.read(fd, size)
 
     def settimeout(self, timeout) -> None:
-        pass
+        self.timeout = timeout
 
 
 def relay_client(*args: str):
