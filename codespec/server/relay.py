@@ -385,6 +385,16 @@ class Relay:
             self.lock.notify_all()
 
     def run(self) -> int:
+        """Relay until the editor leaves (0) or the daemon cannot be had (1). The process ends
+        here at once: the input thread may be inside a blocking read of stdin, and Python's
+        shutdown would abort on its lock instead of exiting with the status."""
         threading.Thread(target=self.upstream, daemon=True).start()
         threading.Thread(target=self.watch_deadlines, daemon=True).start()
-        return 0 if self.downstream() else 1
+        status = 0 if self.downstream() else 1
+        with self.out_lock:
+            for stream in (self.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+        os._exit(status)

@@ -114,7 +114,8 @@ def test_input_too_deep_to_parse_is_passed_on_and_the_relay_goes_on(daemon):
     process, client = relay("--socket", str(SOCKET))
     try:
         assert client.initialize()["result"]
-        client.send(b"[" * 100_000 + b"]" * 100_000)
+        deep = b"[" * 100_000 + b"]" * 100_000
+        client.send(b"Content-Length: %d\r\n\r\n" % len(deep) + deep)
         assert client.read()["error"]["code"] == -32700  # the daemon's answer, relayed
         client.send({"jsonrpc": "2.0", "id": 7, "method": "codespec/stats", "params": {}})
         assert "daemon" in client.reply_to(7)["result"]
