@@ -25,9 +25,9 @@ from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
 from .config import Settings
+from .counters import worker_stats
 from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
 from .framing import FramingError, frame, read_frame
-from .handlers import worker_stats
 from .session import CodespecServer, create_session, serve_connection
 from .worker import ModelUnavailable, Worker
 

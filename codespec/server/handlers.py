@@ -17,9 +17,9 @@ from pygls.exceptions import JsonRpcInvalidParams
 from ..stats import report
 from ..stats.verdicts import COMMANDS
 from .config import merge
+from .counters import worker_stats
 from .jobs import inline_completion, schedule_warm
 from .state import open_document
-from .worker import Worker
 
 if TYPE_CHECKING:  # session.py builds the server and registers these
     from .session import CodespecServer
@@ -176,33 +176,6 @@ async def stats_reply(ls: CodespecServer, params: Any) -> dict:
     except report.ReportError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None
     return {**reply, **built, "store": {"path": str(store.path), "status": store.status}}
-
-
-def worker_stats(worker: Worker) -> dict:
-    """The worker's live counters, as ``codespec/stats`` and the daemon's status report them."""
-    s = worker.stats
-    latencies = sorted(s.latencies_s)
-    return {
-        "served": s.served,
-        "cancelled": s.cancelled,
-        "stale": s.stale,
-        "failed": s.failed,
-        "tokens": s.tokens,
-        "passes": s.passes,
-        "tokens_per_pass": s.tokens / s.passes if s.passes else None,
-        "latency_p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
-        "last_cancel": dict(s.last_cancel),
-        "last_prompt": dict(s.last_prompt),
-        "dropped": s.dropped,
-        "expired": s.expired,
-        "warmed": s.warmed,
-        "warm_tokens": s.warm_tokens,
-        "warm_preempted": s.warm_preempted,
-        "looked_ahead": s.looked_ahead,
-        "ahead_rows": s.ahead_rows,
-        "ahead_hits": s.ahead_hits,
-        "yielded": s.yielded,
-    }
 
 
 def as_dict(params: Any) -> Any:

@@ -38,13 +38,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
 from ..completion import CompletionResult, complete, prompt_at
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
 from ..stats.record import request_row
 from ..stops import Mode
+from .counters import WorkerStats
 from .places import Job, WarmJob
 
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
@@ -61,28 +61,6 @@ log = logging.getLogger("codespec.worker")
 
 class ModelUnavailable(Exception):
     """The model could not be loaded; the message is meant for the user."""
-
-
-@dataclass
-class WorkerStats:
-    served: int = 0
-    cancelled: int = 0
-    stale: int = 0
-    failed: int = 0
-    tokens: int = 0
-    passes: int = 0
-    latencies_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=500))
-    last_cancel: dict = field(default_factory=dict)  # passes at cancel vs at the end, last job
-    last_prompt: dict = field(default_factory=dict)  # prefilled vs reused, last served request
-    dropped: int = 0  # answered empty: the queue was full
-    expired: int = 0  # answered empty: waited past the deadline
-    warmed: int = 0  # warm-ups run
-    warm_tokens: int = 0  # prompt tokens they prefilled
-    warm_preempted: int = 0  # warm-ups stopped by a request
-    looked_ahead: int = 0  # places whose next keystrokes were computed ahead
-    ahead_rows: int = 0  # rows those passes computed
-    ahead_hits: int = 0  # requests that started from a prompt computed ahead
-    yielded: int = 0  # requests stopped after their share while another session waited
 
 
 class Worker:
