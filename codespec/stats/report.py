@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import sqlite3
 import time
@@ -14,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from .record import REQUEST_COLUMNS
-from .summary import summaries
+from .summary import percentiles, proposer, ratio, summaries
 
 GROUPINGS = ("language", "kind", "day")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
@@ -132,15 +131,15 @@ def summarize(rows: list[dict]) -> dict:
         "partial": verdicts["partial"],
         "rejected": verdicts["rejected"],
         "unjudged": verdicts[None],
-        "acceptance_rate": _ratio(verdicts["accepted"], len(shown)),
-        "partial_rate": _ratio(verdicts["partial"], len(shown)),
+        "acceptance_rate": ratio(verdicts["accepted"], len(shown)),
+        "partial_rate": ratio(verdicts["partial"], len(shown)),
         "accepted_chars": accepted_chars,
         "shown_chars": shown_chars,
-        "char_acceptance_rate": _ratio(accepted_chars, shown_chars),
+        "char_acceptance_rate": ratio(accepted_chars, shown_chars),
         "tokens": tokens,
         "passes": passes,
-        "tokens_per_pass": _ratio(tokens, passes),
-        "tokens_per_s": _ratio(tokens, decode_s),
+        "tokens_per_pass": ratio(tokens, passes),
+        "tokens_per_s": ratio(tokens, decode_s),
         "ngram": _proposer(ran, "ngram"),
         "draft": _proposer(ran, "draft"),
         "output": {
@@ -150,7 +149,7 @@ def summarize(rows: list[dict]) -> dict:
         },
         "stops": dict(Counter(r["stop"] for r in ran if r["stop"])),
         "latency_ms": {
-            name: _percentiles([r[name] for r in ran if r[name] is not None]) for name in LATENCIES
+            name: percentiles([r[name] for r in ran if r[name] is not None]) for name in LATENCIES
         },
         "prompt": {
             "prefilled_tokens": sum(r["prefill_tokens"] for r in ran),
@@ -162,28 +161,12 @@ def summarize(rows: list[dict]) -> dict:
 def _proposer(rows: list[dict], name: str) -> dict:
     proposed = sum(r[f"{name}_proposed"] for r in rows)
     accepted = sum(r[f"{name}_accepted"] for r in rows)
-    return {"proposed": proposed, "accepted": accepted, "rate": _ratio(accepted, proposed)}
-
-
-def _ratio(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
+    return proposer(proposed, accepted)
 
 
 def _mean(values: Iterable[float]) -> float | None:
     values = list(values)
     return sum(values) / len(values) if values else None
-
-
-def _percentiles(values: list[float]) -> dict:
-    """Nearest-rank p50 / p95 / p99 (None without samples)."""
-    values = sorted(values)
-
-    def rank(p: float) -> float | None:
-        if not values:
-            return None
-        return values[min(len(values) - 1, max(0, math.ceil(p * len(values)) - 1))]
-
-    return {"n": len(values), "p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
 
 
 # -- the terminal table -----------------------------------------------------------------------

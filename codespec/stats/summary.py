@@ -123,21 +123,21 @@ def _figures(tally: Tally, latencies: dict[str, array]) -> dict:
         "partial": verdicts["partial"],
         "rejected": verdicts["rejected"],
         "unjudged": verdicts[None],
-        "acceptance_rate": _ratio(verdicts["accepted"], tally.shown_count),
-        "partial_rate": _ratio(verdicts["partial"], tally.shown_count),
+        "acceptance_rate": ratio(verdicts["accepted"], tally.shown_count),
+        "partial_rate": ratio(verdicts["partial"], tally.shown_count),
         "accepted_chars": shown["accepted_chars"],
         "shown_chars": shown["chars"],
-        "char_acceptance_rate": _ratio(shown["accepted_chars"], shown["chars"]),
+        "char_acceptance_rate": ratio(shown["accepted_chars"], shown["chars"]),
         "tokens": ran["tokens"],
         "passes": ran["passes"],
-        "tokens_per_pass": _ratio(ran["tokens"], ran["passes"]),
-        "tokens_per_s": _ratio(ran["tokens"], ran["decode_s"]),
-        "ngram": _proposer(ran["ngram_proposed"], ran["ngram_accepted"]),
-        "draft": _proposer(ran["draft_proposed"], ran["draft_accepted"]),
+        "tokens_per_pass": ratio(ran["tokens"], ran["passes"]),
+        "tokens_per_s": ratio(ran["tokens"], ran["decode_s"]),
+        "ngram": proposer(ran["ngram_proposed"], ran["ngram_accepted"]),
+        "draft": proposer(ran["draft_proposed"], ran["draft_accepted"]),
         "output": {
-            "mean_tokens": _ratio(served["tokens"], tally.suggestions),
-            "mean_chars": _ratio(served["chars"], tally.suggestions),
-            "mean_lines": _ratio(served["lines"], tally.suggestions),
+            "mean_tokens": ratio(served["tokens"], tally.suggestions),
+            "mean_chars": ratio(served["chars"], tally.suggestions),
+            "mean_lines": ratio(served["lines"], tally.suggestions),
         },
         "stops": dict(tally.stops),
         "latency_ms": {name: percentiles(latencies.get(name, ())) for name in LATENCIES},
@@ -160,9 +160,9 @@ def percentiles(values) -> dict:
     return {"n": len(ordered), "p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
 
 
-def _proposer(proposed: int, accepted: int) -> dict:
-    return {"proposed": proposed, "accepted": accepted, "rate": _ratio(accepted, proposed)}
+def proposer(proposed: int, accepted: int) -> dict:
+    return {"proposed": proposed, "accepted": accepted, "rate": ratio(accepted, proposed)}
 
 
-def _ratio(part: float, whole: float) -> float | None:
+def ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None

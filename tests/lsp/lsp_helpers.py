@@ -81,3 +81,23 @@ def start_daemon(
     if wait:
         wait_for_socket(socket_path)
     return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_tcp_daemon(manifest: Path, folder: Path, env: dict | None = None):
+    """A daemon on a free loopback port too, once it accepts there: (process, port)."""
+    port = free_port()
+    proc = start_daemon(manifest, "--tcp", str(port), socket_path=folder / "d.sock", env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, port

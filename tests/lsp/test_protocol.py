@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from lsp_helpers import SOCKET, start_daemon, wait_for_socket
+from lsp_helpers import SOCKET, start_daemon, start_tcp_daemon, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
 from codespec.server.endpoint import read_or_create_token
@@ -84,24 +84,9 @@ def test_non_lsp_bytes_close_the_connection(daemon):
     assert unix_client(SOCKET).initialize()["result"]  # still serving
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tcp_daemon(tiny_manifest, tmp_path_factory):
-    port = free_port()
-    path = tmp_path_factory.mktemp("tcp") / "d.sock"
-    proc = start_daemon(tiny_manifest, "--tcp", str(port), socket_path=path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, port = start_tcp_daemon(tiny_manifest, tmp_path_factory.mktemp("tcp"))
     yield port
     proc.terminate()
     proc.wait(timeout=30)

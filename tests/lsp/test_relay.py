@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from lsp_helpers import SOCKET, start_daemon, wait_for_socket
+from lsp_helpers import SOCKET, start_daemon, start_tcp_daemon, wait_for_socket
 from rpc import RawClient, _ProcessPipe
 
 
@@ -70,20 +70,10 @@ def test_a_daemon_that_keeps_hanging_up_ends_the_relay_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def tcp_daemon(tiny_manifest, tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """A TCP daemon whose token is in a config home of its own."""
     home = tmp_path_factory.mktemp("daemon-config")
     env = dict(os.environ, XDG_CONFIG_HOME=str(home))
-    path = tmp_path_factory.mktemp("tcp-relay") / "d.sock"
-    proc = start_daemon(tiny_manifest, "--tcp", str(port), socket_path=path, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, port = start_tcp_daemon(tiny_manifest, tmp_path_factory.mktemp("tcp-relay"), env)
     yield port
     proc.terminate()
     proc.wait(timeout=30)
