@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import parse_json
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
@@ -158,8 +158,8 @@ async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool | str
     whose token changed: it is told); False for anything else (closed without a word)."""
     try:
         body = await asyncio.wait_for(read_frame(reader, AUTH_MAX_BODY), AUTH_TIMEOUT_S)
-        message = json.loads(body) if body else None
-    except (TimeoutError, FramingError, ValueError, RecursionError):
+        message = parse_json(body) if body else None
+    except (TimeoutError, FramingError, ValueError):
         log.debug("connection closed: no valid codespec/auth frame")
         return False
     if not isinstance(message, dict) or message.get("method") != AUTH:

@@ -18,7 +18,6 @@ cannot be read as JSON at all (too deep, say) is passed on for the daemon to ans
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -31,7 +30,7 @@ from typing import BinaryIO
 import platformdirs
 from lsprotocol import types
 
-from ..files import open_log
+from ..files import open_log, parse_json
 from .documents import Document
 from .endpoint import (
     AUTH,
@@ -64,8 +63,8 @@ def parse(body: bytes) -> dict:
     not an object. The relay only reads messages to mirror them; judging them is the daemon's
     job, and nothing a client or daemon sends may stop the relay."""
     try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
+        message = parse_json(body)
+    except ValueError:
         return {}
     return message if isinstance(message, dict) else {}
 
