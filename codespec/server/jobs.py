@@ -1,11 +1,12 @@
 """From a session's request to a job for the engine worker, and from its result to the reply.
 
 `inline_completion` reads as the steps of a request: is this document completed in; where is
-the cursor (``place_at``, shared with warm-ups); what kind of completion (tree-sitter, then the
-user's multi-line policy); typed through the last answer (no model run); else a job on the
-worker (``run_job``), streaming `codespec/partialCompletion` meanwhile (``streamer``), and the
-answer remembered for its verdict (``offered``). ``schedule_warm`` submits the same place as a
-warm-up once edits or the cursor rest.
+the cursor (``place_at``, shared with warm-ups), with the editor's selected menu item in place
+when there is one (``selection_in``); what kind of completion (tree-sitter, then the user's
+multi-line policy); typed through the last answer (no model run); else a job on the worker
+(``run_job``), streaming `codespec/partialCompletion` meanwhile (``streamer``), and the answer
+remembered for its verdict (``offered``). ``schedule_warm`` submits the same place as a warm-up
+once edits or the cursor rest.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # session.py builds the server and imports this module
 
 log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
+# a completion-menu item longer than this is no word the user is typing: it is not completed
+MAX_SELECTED_CHARS = 1000
 
 
 def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
@@ -64,22 +68,53 @@ async def inline_completion(
     encoding = ls.protocol.encoding
     position = doc.clamp(params.position, encoding)  # past a line's end: at its end
     offset = doc.offset_at(position, encoding)
+    selected = selection_in(doc, params.context, offset, encoding)
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    place = place_at(state, doc, offset, completion_options(settings, invoked))
+    place = place_at(state, doc, offset, completion_options(settings, invoked), selected)
     syntax = decide_mode(place.cursor, invoked, settings.complete_mid_word)
     place.options.mode = apply_multiline_policy(syntax, settings.multiline)
-    where = types.Range(position, position)
+    lead = selected.text if selected else ""  # the item's text starts with the menu item's
+    start = doc.position_at(selected.start, encoding) if selected else position
+    where = types.Range(start, position)  # (empty without a menu item: codespec inserts)
     if (through := typed_through(state.shown.get(doc.uri), place.cursor)) is not None:
         rest, suggestion_id = through
-        # no model run; while the user types on, compute ahead the keystrokes that leave it
-        schedule_warm(ls, offset, doc, delay_ms=0, shown_next=rest[0])
-        return types.InlineCompletionList(items=[inline_item(rest, where, suggestion_id)])
-    job = Job.at(place, on_text=streamer(ls, doc))
+        if selected is None:  # no model run; while the user types on, compute ahead the
+            # keystrokes that leave it
+            schedule_warm(ls, offset, doc, delay_ms=0, shown_next=rest[0])
+        return types.InlineCompletionList(items=[inline_item(lead + rest, where, suggestion_id)])
+    job = Job.at(place, on_text=streamer(ls, doc, lead))
     text = await run_job(ls, job)
     if not text:
         return no_items()
-    offered(state, doc, offset, job, text)
-    return types.InlineCompletionList(items=[inline_item(text, where, job.id)])
+    offered(state, doc, offset, job, text, selected)
+    return types.InlineCompletionList(items=[inline_item(lead + text, where, job.id)])
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The item selected in the editor's completion menu (LSP 3.18's ``selectedCompletionInfo``):
+    it would replace the text from ``start`` to the cursor with ``text``. The completion is made
+    as if it had, so that editors show the ghost text beside the menu (VS Code shows an inline
+    item there only when it extends the selected item)."""
+
+    start: int
+    text: str
+
+
+def selection_in(
+    doc: Document, context: types.InlineCompletionContext, offset: int, encoding: str
+) -> Selection | None:
+    """The selected menu item, when its range ends at the cursor and starts on the cursor's
+    line (a word being typed); anything else is completed as if no menu were open."""
+    info = context.selected_completion_info
+    if info is None or len(info.text) > MAX_SELECTED_CHARS:
+        return None
+    start = doc.offset_at(info.range.start, encoding)
+    end = doc.offset_at(info.range.end, encoding)
+    line_start = doc.text.rfind("\n", 0, offset) + 1
+    if end != offset or not line_start <= start <= offset:
+        return None
+    return Selection(start, info.text)
 
 
 def no_items() -> types.InlineCompletionList:
@@ -104,10 +139,19 @@ def completes_in(state: SessionState, doc: Document) -> bool:
     return True
 
 
-def place_at(state: SessionState, doc: Document, offset: int, options: CompletionOptions) -> Place:
-    """The place a request at ``offset`` in ``doc`` asks about: the text either side, the
-    other open documents of its language, and how to tell that the document moved on since."""
+def place_at(
+    state: SessionState,
+    doc: Document,
+    offset: int,
+    options: CompletionOptions,
+    selected: Selection | None = None,
+) -> Place:
+    """The place a request at ``offset`` in ``doc`` asks about: the text either side (with the
+    selected menu item in place of what it replaces), the other open documents of its
+    language, and how to tell that the document moved on since."""
     prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
+    if selected is not None:
+        prefix = prefix[: len(prefix) - (offset - selected.start)] + selected.text
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
     return Place(
@@ -125,14 +169,15 @@ def place_at(state: SessionState, doc: Document, offset: int, options: Completio
     )
 
 
-def streamer(ls: CodespecServer, doc: Document) -> Callable[[str], None]:
-    """Send each longer text of the request being handled as ``codespec/partialCompletion``
-    (called on the worker's thread; the notification goes out on the event loop's)."""
+def streamer(ls: CodespecServer, doc: Document, lead: str = "") -> Callable[[str], None]:
+    """Send each longer text of the request being handled as ``codespec/partialCompletion``,
+    after ``lead`` (the selected menu item's text, which the final item starts with too);
+    called on the worker's thread, the notification goes out on the event loop's."""
     loop = asyncio.get_running_loop()
     payload = {"id": ls.protocol.msg_id, "uri": doc.uri, "version": doc.version or 0}
 
     def on_text(partial: str) -> None:
-        loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, {**payload, "text": partial})
+        loop.call_soon_threadsafe(ls.protocol.notify, PARTIAL, {**payload, "text": lead + partial})
 
     return on_text
 
@@ -156,19 +201,31 @@ async def run_job(ls: CodespecServer, job: Job) -> str:
     return result.text if result is not None else ""
 
 
-def offered(state: SessionState, doc: Document, offset: int, job: Job, text: str) -> None:
-    """Remember what is shown at the place, for typed-through answers and the verdict."""
-    cursor = job.cursor
-    state.shown[doc.uri] = (cursor.prefix, cursor.suffix, text, job.id)
+def offered(
+    state: SessionState,
+    doc: Document,
+    offset: int,
+    job: Job,
+    text: str,
+    selected: Selection | None = None,
+) -> None:
+    """Remember what is shown at the place, for typed-through answers and the verdict. With a
+    menu item selected, the suggestion is that item's text and the completion, from where the
+    item starts: typing the item or accepting it is then taking the suggestion's beginning."""
+    head, tail, start = job.cursor.prefix, job.cursor.suffix, offset
+    if selected is not None:
+        head = head[: len(head) - len(selected.text)]
+        text, start = selected.text + text, selected.start
+    state.shown[doc.uri] = (head, tail, text, job.id)
     state.ledger.offered(
         Suggestion(
             job.id,
             doc.uri,
-            cursor.prefix,
-            cursor.suffix,
+            head,
+            tail,
             text,
-            head_start=offset - len(cursor.prefix),
-            tail_after=len(doc.text) - offset - len(cursor.suffix),
+            head_start=start - len(head),
+            tail_after=len(doc.text) - offset - len(tail),
         )
     )
 
