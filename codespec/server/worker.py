@@ -404,11 +404,11 @@ class Worker:
 
     def _on_text(self, job: Job) -> Callable[[str], None]:
         def on_text(text: str) -> None:
+            if self.pass_delay_s:  # (each text, the first too, comes as late as on a slow CPU)
+                time.sleep(self.pass_delay_s)
             if job.timing.first_text is None:
                 job.timing.first_text = time.perf_counter()
             if job.on_text is not None and not job.signal.cancelled:
                 job.on_text(text)
-            if self.pass_delay_s:
-                time.sleep(self.pass_delay_s)
 
         return on_text

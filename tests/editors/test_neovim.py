@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
+from lsp_helpers import start_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editor-plugins" / "neovim"
@@ -32,8 +34,17 @@ class Editor:
     """One headless Neovim with the plugin loaded from the checkout."""
 
     def __init__(
-        self, binary: Path, workdir: Path, cmd: list[str] | None, plugin=PLUGIN, settings=SETTINGS
+        self,
+        binary: Path,
+        workdir: Path,
+        cmd: list[str] | None,
+        plugin=PLUGIN,
+        settings=SETTINGS,
+        before: str = "",
+        options: str = "",
     ):
+        """``before``: Vim commands run before the plugin's setup (a user's own mappings);
+        ``options``: more fields of setup()'s table, as Lua."""
         import pynvim  # a dev dependency
 
         self.nvim = pynvim.attach(
@@ -42,10 +53,14 @@ class Editor:
         )
         self.nvim.command(f"set rtp^={plugin} noswapfile noautoindent")
         self.nvim.command(f"cd {workdir}")
+        if before:
+            self.nvim.command(before)
         cmd_lua = "nil" if cmd is None else "{" + ",".join(lua_string(c) for c in cmd) + "}"
         settings = ",".join(f"{k}={str(v).lower()}" for k, v in settings.items())
         self.nvim.exec_lua(
-            f"require('codespec').setup({{cmd={cmd_lua}, debounce_ms=60, settings={{{settings}}}}})"
+            f"require('codespec').setup({{cmd={cmd_lua}, debounce_ms=60, settings={{{settings}}}"
+            + (f", {options}" if options else "")
+            + "})"
         )
 
     def lua(self, code: str):
@@ -219,12 +234,13 @@ def test_a_missing_server_is_one_clear_message(version, tmp_path):
     shutil.copytree(PLUGIN, plugin)
     source = tmp_path / "a.py"
     source.write_text("x = 1\n")
-    old_path = os.environ["PATH"]
-    os.environ["PATH"] = "/usr/bin:/bin"  # the child Neovim inherits it: no codespec on PATH
+    old_path, old_home = os.environ["PATH"], os.environ["HOME"]
+    # the child Neovim inherits them: no codespec on PATH or in the home's ~/.local/bin
+    os.environ["PATH"], os.environ["HOME"] = "/usr/bin:/bin", str(tmp_path)
     try:
         editor = Editor(neovim(version), tmp_path, None, plugin=plugin)
     finally:
-        os.environ["PATH"] = old_path
+        os.environ["PATH"], os.environ["HOME"] = old_path, old_home
     try:
         editor.nvim.command(f"edit {source}")
         time.sleep(0.5)
@@ -345,3 +361,156 @@ def screenshot_neovim(editor: Editor, path: Path) -> None:
         browser.close()
     if os.environ.get("CODESPEC_UPDATE_SCREENSHOTS"):
         shutil.copy(path, ROOT / "docs" / "img" / path.name)
+
+
+# every text the plugin draws as ghost text, in order (what the screen showed)
+RECORD_DRAWS = """
+local ghost = require('codespec.ghost')
+_G.drawn = {}
+local draw = ghost.draw
+ghost.draw = function(bufnr, row, col, text)
+  table.insert(_G.drawn, text)
+  return draw(bufnr, row, col, text)
+end
+"""
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_a_completion_menu_hides_the_ghost_text_and_keeps_its_keys(version, server, tmp_path):
+    """The built-in popup menu (<C-n>) with a user's own <Tab> mapping for it, made before the
+    plugin's setup: while the menu is open no ghost text shows and <Tab> is the menu's; once it
+    closes the ghost text comes back without a keystroke and <Tab> accepts it. With
+    ``hide_during_completion = false`` both show, and <Tab> is still the menu's."""
+    cmd, _ = server
+    source = tmp_path / "w.py"
+    source.write_text("def area(width, widget):\n    return width * widget\n", encoding="utf-8")
+    user_tab = 'inoremap <expr> <Tab> pumvisible() ? "\\<C-n>" : "\\<Tab>"'
+    for hide in (True, False):
+        editor = Editor(
+            neovim(version),
+            tmp_path,
+            cmd,
+            before=user_tab,
+            options=f"hide_during_completion={str(hide).lower()}",
+        )
+        try:
+            editor.nvim.command(f"edit! {source}")
+            editor.nvim.input("Go")
+            editor.type("    wid")
+            editor.wait_ghost()
+            editor.nvim.input("<C-n>")  # keyword completion: width, widget (the menu opens)
+            time.sleep(0.5)
+            assert editor.nvim.eval("pumvisible()") == 1
+            if hide:
+                time.sleep(0.5)
+                assert editor.lua("return require('codespec').ghost_text()") is None
+            else:
+                editor.wait_ghost()
+            editor.nvim.input("<Tab>")  # the user's mapping: the next item, not the ghost text
+            time.sleep(0.3)
+            assert editor.nvim.eval("pumvisible()") == 1
+            assert editor.line(2) in ("    width", "    widget"), editor.line(2)
+            editor.nvim.input("<C-e>")  # closes the menu: back to what was typed
+            time.sleep(0.3)
+            assert editor.nvim.eval("pumvisible()") == 0 and editor.line(2) == "    wid"
+            ghost = editor.wait_ghost(timeout=30)  # with no keystroke
+            editor.nvim.input("<Tab>")
+            time.sleep(0.3)
+            assert editor.line(2) == "    wid" + ghost.split("\n")[0], (editor.line(2), ghost)
+            editor.nvim.input("<Esc>")
+        finally:
+            editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_tab_takes_what_is_on_screen_while_a_completion_streams(
+    version, tiny_manifest, daemon_socket, tmp_path
+):
+    """A slow stream, Tab at random moments of it: what goes in is text the plugin drew, at
+    least what was drawn before the key, never a tab; the stream goes on after what was taken
+    and its reply says what was accepted."""
+    daemon = start_daemon(tiny_manifest, "--test-pass-delay", "0.3", socket_path=daemon_socket)
+    cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(daemon_socket)]
+    settings = {
+        "stopRules": False,
+        "maxTokens": 24,
+        "lineMaxTokens": 24,
+        "multiline": '"never"',
+        "warmAhead": False,
+    }
+    source = tmp_path / "s.py"
+    source.write_text("def f(a, b):\n    pass\n", encoding="utf-8")
+    rng = random.Random(7)
+    editor = Editor(neovim(version), tmp_path, cmd, settings=settings)
+    try:
+        editor.nvim.command(f"edit {source}")
+        editor.lua(RECORD_DRAWS)
+        for round_ in range(4):
+            editor.nvim.input("Go")
+            typed = f"    v{round_} = "
+            editor.type(typed)
+            deadline = time.monotonic() + 60
+            while not editor.lua("return require('codespec').ghost_text()"):
+                assert time.monotonic() < deadline, "no streamed text"
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.0))
+            before = editor.lua("return require('codespec').ghost_text()") or ""
+            editor.nvim.input("<Tab>")
+            time.sleep(0.3)
+            line = editor.line(len(editor.nvim.current.buffer) - 1)
+            inserted = line[len(typed) :]
+            # the stream goes on after what was taken, to its reply
+            while "busy" in editor.lua("return require('codespec').status_text()"):
+                assert time.monotonic() < deadline + 60, "no reply"
+                time.sleep(0.1)
+            drawn = [text.split("\n")[0] for text in editor.lua("return _G.drawn")]
+            assert line.startswith(typed) and "\t" not in inserted, line
+            assert inserted in drawn and len(inserted) >= len(before.split("\n")[0]), (
+                inserted,
+                before,
+                drawn,
+            )
+            editor.nvim.input("<Esc>")
+            editor.lua("_G.drawn = {}")
+        stats = daemon_stats(daemon_socket)
+        python = next(g for g in stats["groups"] if g["key"] == "python")
+        assert python["partial"] + python["accepted"] >= 1, python
+    finally:
+        editor.close()
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_the_server_in_the_users_bin_is_found_and_named(version, tiny_manifest, tmp_path):
+    """No `cmd`, no codespec on PATH, the plugin away from a checkout: the link the README's
+    set-up makes in ~/.local/bin is found, and the status names the server."""
+    plugin = tmp_path / "plugin-copy"
+    shutil.copytree(PLUGIN, plugin)
+    home = tmp_path / "home"
+    linked = home / ".local" / "bin" / "codespec"
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(Path(sys.executable).parent / "codespec")
+    old_path, old_home = os.environ["PATH"], os.environ["HOME"]
+    os.environ["PATH"], os.environ["HOME"] = "/usr/bin:/bin", str(home)
+    try:
+        editor = Editor(neovim(version), tmp_path, None, plugin=plugin)
+    finally:
+        os.environ["PATH"], os.environ["HOME"] = old_path, old_home
+    try:
+        assert editor.lua("return require('codespec').find_server()") == [str(linked), "lsp"]
+        # started (on that link, with a private socket and the tiny pair): the status names it
+        args = [str(linked), "lsp", "--socket", str(tmp_path / "d.sock")]
+        args += ["--pair", str(tiny_manifest)]
+        editor.nvim.exec_lua("require('codespec.config').options.cmd = ...", args)
+        editor.nvim.command(f"edit {tmp_path / 'x.py'}")
+        deadline = time.monotonic() + 60
+        while "ready" not in (status := editor.lua("return require('codespec').status_text()")):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+        assert f"server {linked}" in status, status
+    finally:
+        editor.close()
+        lock = tmp_path / "d.sock.lock"
+        if lock.exists() and (pid := lock.read_text().strip()):
+            os.kill(int(pid), signal.SIGTERM)

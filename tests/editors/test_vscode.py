@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
+from lsp_helpers import start_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "editor-plugins" / "vscode"
@@ -63,17 +65,24 @@ def free_port() -> int:
 
 
 class CodeServer:
-    """code-server with the extension installed, a workspace folder and user settings."""
+    """code-server with the extension installed, a workspace folder and user settings, run
+    with a home folder of its own (``tmp/home``: nothing the machine's user installed there is
+    found). ``editor_defaults``: VS Code's own editor settings (the suggest widget opens as
+    the user types), else quick suggestions off so that only the ghost text answers Tab."""
 
-    def __init__(self, vsix: Path, tmp: Path, settings: dict):
+    def __init__(self, vsix: Path, tmp: Path, settings: dict, editor_defaults: bool = False):
         self.tmp = tmp
         self.user = tmp / "user"
         self.extensions = tmp / "extensions"
         self.folder = tmp / "project"
+        self.home = tmp / "home"
         self.folder.mkdir()
+        self.home.mkdir(exist_ok=True)
         (self.user / "User").mkdir(parents=True)
         self.debug_log = tmp / "extension.log"
-        env = dict(os.environ, PATH=f"{NODE24}:{os.environ['PATH']}")
+        env = dict(os.environ, PATH=f"{NODE24}:{os.environ['PATH']}", HOME=str(self.home))
+        # (the prepared model stays where the machine's user has it: not prepared again)
+        env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
         env["CODESPEC_VSCODE_LOG"] = str(self.debug_log)  # the extension's debug lines
         self.env = env
         common = ["--user-data-dir", str(self.user), "--extensions-dir", str(self.extensions)]
@@ -94,12 +103,16 @@ class CodeServer:
             "extensions.autoCheckUpdates": False,
             "extensions.autoUpdate": False,
             "update.mode": "none",
-            # the word-based suggest widget would compete with the ghost text for Tab
-            "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
-            "editor.suggestOnTriggerCharacters": False,
             "workbench.secondarySideBar.defaultVisibility": "hidden",
             **{f"codespec.{k}": v for k, v in settings.items()},
         }
+        if not editor_defaults:  # the suggest widget would compete with the ghost text for Tab
+            user_settings["editor.quickSuggestions"] = {
+                "other": False,
+                "comments": False,
+                "strings": False,
+            }
+            user_settings["editor.suggestOnTriggerCharacters"] = False
         (self.user / "User" / "settings.json").write_text(json.dumps(user_settings, indent=1))
         self.port = free_port()
         self.log = open(tmp / "code-server.log", "wb")
@@ -217,10 +230,18 @@ class Workbench:
         wait_for(lambda: "codespec: ready" in self.status(), timeout, "the reply")
         time.sleep(0.3)  # the refresh after the reply
         locator.wait_for(state="visible", timeout=timeout * 1000)
-        return locator.inner_text().replace("\u00a0", " ")
+        return self.ghost_now()
 
     def no_ghost(self) -> bool:
         return self.page.locator(".monaco-editor .ghost-text-decoration").count() == 0
+
+    def ghost_now(self) -> str:
+        """The first line of the ghost text on screen now ("" for none), streamed or not."""
+        return self.page.evaluate(GHOST_NOW)
+
+    def widget_visible(self) -> bool:
+        """Whether VS Code's suggest widget is open."""
+        return self.page.locator(".editor-widget.suggest-widget.visible").count() > 0
 
     def status(self) -> str:
         return self.page.locator(".statusbar").inner_text()
@@ -243,12 +264,43 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# VS Code draws a line's ghost text in pieces (the part that previews the suggest widget's item
+# apart from the rest): the first line of ghost text is all of them on the first line that has one
+GHOST_NOW = """() => {
+    const pieces = '.ghost-text-decoration, .ghost-text-decoration-preview';
+    const first = document.querySelector('.monaco-editor .view-lines .ghost-text-decoration');
+    const line = first && first.closest('.view-line');
+    if (!line) return '';
+    return [...line.querySelectorAll(pieces)].map((piece) => piece.textContent).join('')
+        .replace(/\u00a0/g, ' ');
+}"""
+# every first line of ghost text the page draws, and what was on screen when Tab went down
+RECORD_GHOSTS = (
+    """() => {
+    window.__ghosts = [];
+    window.__atTab = [];
+    const now = """
+    + GHOST_NOW
+    + """;
+    new MutationObserver(() => {
+        const text = now();
+        if (window.__ghosts[window.__ghosts.length - 1] !== text) window.__ghosts.push(text);
+    }).observe(document.body, {subtree: true, childList: true, characterData: true});
+    document.addEventListener('keydown', (e) => {
+        if (e.key === 'Tab') window.__atTab.push(now());
+    }, true);
+}"""
+)
+
+
 @contextlib.contextmanager
-def vscode(vsix: Path, tmp_path: Path, settings: dict, files: dict[str, str]):
+def vscode(
+    vsix: Path, tmp_path: Path, settings: dict, files: dict[str, str], editor_defaults=False
+):
     """code-server with the extension, a project holding `files`, and a browser on it."""
     from playwright.sync_api import sync_playwright
 
-    server = CodeServer(vsix, tmp_path, settings)
+    server = CodeServer(vsix, tmp_path, settings, editor_defaults)
     for name, text in files.items():
         (server.folder / name).write_text(text, encoding="utf-8")
     try:
@@ -430,3 +482,137 @@ def test_the_embedded_pair_completes_in_vscode(vsix, daemon_socket, tmp_path):
         bench.save()
         line = (server.folder / "fib.py").read_text(encoding="utf-8").split("\n")[4]
         assert line.startswith("    return " + ghost.rstrip()), (line, ghost)
+
+
+def words(text: str) -> str:
+    """Text with its blanks normalised: the DOM shows a tab the model wrote as spaces."""
+    return " ".join(text.split())
+
+
+SHAPES = (
+    "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    "
+)
+
+
+def test_ghost_text_beside_the_suggest_widget_with_default_settings(
+    vsix, tiny_manifest, daemon_socket, tmp_path
+):
+    """VS Code's own editor settings, a slow machine: VS Code waits 750 ms for inline
+    completions before it opens its suggest widget (quick suggestions `offWhenInlineCompletions`),
+    so typing a word of the file opens the widget, and the ghost text must show beside it. Tab
+    takes the widget's item, then the ghost text (VS Code's rule, as with Copilot); Esc closes
+    the widget and the ghost text stays, with no keystroke; a second Esc dismisses it."""
+    # each text (the first too) 1.2 s after the last: past VS Code's 750 ms wait
+    daemon = start_daemon(tiny_manifest, "--test-pass-delay", "1.2", socket_path=daemon_socket)
+    settings = {
+        "serverPath": str(CODESPEC),
+        "serverArgs": ["--socket", str(daemon_socket)],
+        "debounceMs": 60,
+        **TINY_SETTINGS,
+        "maxTokens": 4,
+        "lineMaxTokens": 4,
+    }
+    files = {"shapes.py": SHAPES}
+    try:
+        with vscode(vsix, tmp_path, settings, files, editor_defaults=True) as (server, bench):
+            source = server.folder / "shapes.py"
+            bench.open("shapes.py")
+            wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status to say ready")
+            bench.page.keyboard.press("Control+End")
+            bench.type("retu")
+            wait_for(bench.widget_visible, 30, "the suggest widget")
+            ghost = bench.ghost()
+            assert ghost.strip() and bench.widget_visible(), ghost
+            bench.page.keyboard.press("Tab")  # the widget's item: "return"
+            wait_for(lambda: not bench.widget_visible(), 10, "the widget to close")
+            rest = bench.ghost(timeout=10)  # what the ghost text adds after it stays
+            assert words("retu" + ghost) == words("return" + rest), (ghost, rest)
+            bench.page.keyboard.press("Tab")  # the ghost text
+            time.sleep(0.3)
+            bench.save()
+            line = last_line(source)
+            assert words(line).startswith(words("return" + rest)), (line, rest)
+
+            bench.page.keyboard.press("Control+End")
+            bench.page.keyboard.press("Enter")
+            bench.type("retu")
+            wait_for(bench.widget_visible, 30, "the suggest widget")
+            assert bench.ghost()
+            bench.page.keyboard.press("Escape")  # closes the widget only
+            wait_for(lambda: not bench.widget_visible(), 10, "the widget to close")
+            assert bench.ghost(timeout=20), "the ghost text went with the widget"
+            bench.page.keyboard.press("Escape")  # now the ghost text
+            wait_for(bench.no_ghost, 10, "the ghost text to go")
+            bench.save()
+            assert last_line(source).strip() == "retu"
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+def test_tab_takes_what_is_on_screen_while_a_completion_streams(
+    vsix, tiny_manifest, daemon_socket, tmp_path
+):
+    """Tab pressed at random moments of a slow stream: each time the ghost text on screen goes
+    in, exactly (what the page drew at the keystroke, or a later state the extension had already
+    handed VS Code), never a tab and never text that was not drawn; the stream goes on after."""
+    daemon = start_daemon(tiny_manifest, "--test-pass-delay", "0.3", socket_path=daemon_socket)
+    settings = {
+        "serverPath": str(CODESPEC),
+        "serverArgs": ["--socket", str(daemon_socket)],
+        "debounceMs": 60,
+        "stopRules": False,
+        "maxTokens": 30,
+        "lineMaxTokens": 30,
+        "multiline": "never",
+        "warmAhead": False,
+    }
+    rng = random.Random(42)
+    try:
+        with vscode(vsix, tmp_path, settings, {"s.py": "def f(a, b):\n    "}) as (server, bench):
+            source = server.folder / "s.py"
+            bench.open("s.py")
+            wait_for(lambda: "codespec: ready" in bench.status(), 90, "ready")
+            bench.page.evaluate(RECORD_GHOSTS)
+            for round_ in range(4):
+                bench.page.keyboard.press("Control+End")
+                if round_:
+                    bench.page.keyboard.press("Enter")
+                typed = f"v{round_} = "
+                bench.type(typed)
+                wait_for(bench.ghost_now, 60, "streamed ghost text")
+                time.sleep(rng.uniform(0.0, 1.2))
+                bench.page.keyboard.press("Tab")
+                time.sleep(0.6)
+                bench.page.keyboard.press("Escape")
+                bench.save()
+                inserted = words(last_line(source).strip()[len(typed.strip()) :])
+                seen = [words(g) for g in bench.page.evaluate("window.__ghosts")]
+                at_tab = words(bench.page.evaluate("window.__atTab")[-1])
+                assert inserted and "\t" not in last_line(source).lstrip(), last_line(source)
+                assert inserted in seen and len(inserted) >= len(at_tab), (inserted, at_tab, seen)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+def test_the_server_the_setup_linked_is_found_and_named(
+    vsix, tiny_manifest, daemon_socket, tmp_path
+):
+    """A home where the README's set-up linked ~/.local/bin/codespec, an editor whose PATH lacks
+    that folder, no codespec.serverPath: the extension finds it and its status names it."""
+    settings = {"serverArgs": ["--socket", str(daemon_socket), "--pair", str(tiny_manifest)]}
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = "/usr/bin:/bin"  # code-server and its extension host inherit it
+    try:
+        linked = tmp_path / "home" / ".local" / "bin" / "codespec"  # (the server's home)
+        linked.parent.mkdir(parents=True)
+        linked.symlink_to(CODESPEC)
+        with vscode(vsix, tmp_path, settings, {"a.py": "x = 1\n"}) as (server, bench):
+            bench.open("a.py")
+            wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
+            bench.command("codespec: Show status")
+            toast = bench.page.locator(".notifications-toasts .notification-list-item-message")
+            wait_for(lambda: str(linked) in " ".join(toast.all_inner_texts()), 20, "the status")
+    finally:
+        os.environ["PATH"] = old_path

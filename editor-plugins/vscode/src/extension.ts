@@ -8,6 +8,7 @@
 // target pass; the palette has enable/disable (globally or for a language), restart and stats.
 
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as vscode from "vscode";
 import {
   LanguageClient,
@@ -18,7 +19,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { GhostText } from "./inline";
-import { findServer, serverSettings } from "./pure";
+import { findServer, serverSettings, userBinFolders } from "./pure";
 
 type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error";
 const SCHEMES = ["file", "untitled"]; // the documents codespec completes (and the client syncs)
@@ -29,6 +30,7 @@ class Codespec {
   detail = "";
   lastLatencyMs: number | undefined;
   tokensPerPass: number | undefined;
+  serverCommand: string | undefined; // the `codespec` executable this window started
   private statsAsked = 0;
   private inFlight = false; // a completion request waits for its reply
   readonly bar = vscode.window.createStatusBarItem("codespec.status", vscode.StatusBarAlignment.Right, 100);
@@ -119,6 +121,9 @@ class Codespec {
     if (this.tokensPerPass) {
       parts.push(`${this.tokensPerPass.toFixed(2)} tokens per target pass`);
     }
+    if (this.serverCommand) {
+      parts.push(`server ${this.serverCommand}`);
+    }
     return parts.join(", ");
   }
 
@@ -148,12 +153,16 @@ class Codespec {
   async start(): Promise<void> {
     const c = config();
     const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
-    const server = findServer(c.get("serverPath", ""), c.get<string[]>("serverArgs", []), process.env.PATH ?? "", folders);
+    const userBins = userBinFolders(process.env, os.homedir());
+    const server = findServer(c.get("serverPath", ""), c.get<string[]>("serverArgs", []), process.env.PATH ?? "", folders, userBins);
+    this.serverCommand = server?.command;
     if (!server) {
       this.setStatus("error", "server not found");
-      const where = c.get("serverPath", "") ? `\`codespec.serverPath\` (${c.get("serverPath")}) is not an executable` : "`codespec` was not found on PATH or in a workspace's .venv";
+      const where = c.get("serverPath", "")
+        ? `\`codespec.serverPath\` (${c.get("serverPath")}) is neither an executable nor a checkout with .venv/bin/codespec`
+        : `\`codespec\` was not found on PATH, in a workspace's .venv or in ${userBins.join(", ")}`;
       const choice = await vscode.window.showErrorMessage(
-        `codespec: ${where}. Install it (pipx install 'codespec[default-model]', see the codespec README) or set codespec.serverPath.`,
+        `codespec: ${where}. Set codespec.serverPath to your checkout's .venv/bin/codespec (the README's set-up), or install it (see the codespec README).`,
         "Open Settings",
       );
       if (choice) {
@@ -161,6 +170,7 @@ class Codespec {
       }
       return;
     }
+    this.debug(`starting ${server.command} ${server.args.join(" ")}`);
     const serverOptions: ServerOptions = { command: server.command, args: server.args };
     const clientOptions: LanguageClientOptions = {
       documentSelector: SCHEMES.map((scheme) => ({ scheme })),
@@ -192,6 +202,7 @@ class Codespec {
       client.onProgress(WorkDoneProgress.type, params.token, (value) => {
         if (value.kind === "end") {
           this.setStatus(this.inFlight ? "busy" : "ready");
+          this.completeWhereAsked();
         } else {
           this.setStatus("loading", value.message ?? (value.kind === "begin" ? value.title : ""));
         }
@@ -200,6 +211,16 @@ class Codespec {
     });
     if (this.status === "starting") {
       this.setStatus("ready");
+    }
+  }
+
+  /** The model is loaded: if the user was typing in the active editor meanwhile and nothing is
+   * on its way, complete at the cursor now rather than at the next keystroke. */
+  private completeWhereAsked(): void {
+    const editor = vscode.window.activeTextEditor;
+    if (editor && !this.inFlight && this.ghost.askedIn === editor.document.uri.toString()) {
+      this.debug("the model is ready: completing at the cursor");
+      void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
     }
   }
 

@@ -4,33 +4,53 @@
 // `codespec/partialCompletion`, the ghost text is refreshed with what has come so far. The final
 // suggestion is kept, anchored where it was asked for: as the user types through it or accepts a
 // word or a line, what is left is shown without asking the server again, and a suggestion that no
-// longer fits the text at the cursor is never shown or inserted. Verdicts go to the server as
-// lsp/PROTOCOL.md describes ("Verdicts").
+// longer fits the text at the cursor is never shown or inserted. Tab accepts what is on screen
+// at any moment, streamed text too; the stream goes on after what was taken. Verdicts go to the
+// server as lsp/PROTOCOL.md describes ("Verdicts").
+//
+// While VS Code's suggest widget is open, it shows an inline item only when the item extends the
+// selected suggestion (replaces the same range with a text that starts with it). So with the
+// widget open the request carries the selection (LSP 3.18's `selectedCompletionInfo`), the server
+// completes as if the selected item were typed, and the item replaces the item's range: both are
+// shown, Tab takes the widget's item first, as with Copilot. When the widget closes, VS Code asks
+// again without the selection and the same suggestion shows at the cursor.
 
 import * as vscode from "vscode";
 import type { LanguageClient } from "vscode-languageclient/node";
 import { codePoints, nextLine, nextWord, remainder } from "./pure";
 
-/** A suggestion the server made, anchored at the place it was asked for. */
-interface Suggestion {
-  id: string | undefined; // the server's suggestion id (from the item's command)
+/** Text anchored in a document: what the server suggested (or has streamed so far) from the
+ * place it was asked for. */
+interface Anchored {
   uri: string;
-  anchor: number; // document offset where the suggestion starts
+  anchor: number; // document offset where the text starts
   lineBefore: string; // the anchor line's text before the anchor: an edit there ends it
   text: string;
+}
+
+/** A suggestion the server made. */
+interface Suggestion extends Anchored {
+  id: string | undefined; // the server's suggestion id (from the item's command)
   reportedShown: boolean;
 }
 
-/** A request in flight, and the text streamed for it so far. */
-interface Pending {
-  uri: string;
-  version: number;
-  offset: number;
-  text: string;
+/** A request in flight: `text` is what has streamed so far (from the anchor: with a widget item
+ * selected, it starts with that item's text), `shown` what of it was last put on screen. */
+interface Pending extends Anchored {
+  version: number; // the document's when asked: the server's partials for it carry it
+  selected: string | undefined; // the suggest widget's selected item the request carried
+  shown: string;
+  taken: number; // characters of it accepted with Tab / word / line before the reply came
   started: number;
   cancel: vscode.CancellationTokenSource;
   settled: Promise<void>; // resolves when the first text or the reply arrives
   settle: () => void;
+}
+
+/** The suggest widget's selected item, when it replaces text that ends at the cursor. */
+interface Selection {
+  range: vscode.Range;
+  text: string;
 }
 
 export interface Events {
@@ -45,6 +65,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
   private pending: Pending | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private contextShown = false;
+  askedIn: string | undefined; // the document VS Code last asked about (see `extension.ts`)
 
   constructor(
     private readonly client: () => LanguageClient | undefined,
@@ -62,46 +83,81 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     context: vscode.InlineCompletionContext,
     token: vscode.CancellationToken,
   ): Promise<vscode.InlineCompletionItem[]> {
-    this.log(`inline completion asked at ${position.line}:${position.character} (trigger ${context.triggerKind})`);
+    const info = context.selectedCompletionInfo;
+    this.log(
+      `inline completion asked at ${position.line}:${position.character} (trigger ${context.triggerKind}` +
+        (info ? `, widget item ${JSON.stringify(info.text)})` : ")"),
+    );
     if (!this.enabledFor(document) || !this.client()) {
       return [];
     }
-    const rest = this.fitting(document, position);
-    if (rest !== undefined) {
-      return this.show(rest, position);
+    this.askedIn = document.uri.toString();
+    const selected = info && info.range.end.isEqual(position) ? { range: info.range, text: info.text } : undefined;
+    if (info && !selected) {
+      return []; // an item that replaces text after the cursor: shown once the widget closes
     }
-    const uri = document.uri.toString();
-    const offset = document.offsetAt(position);
+    const rest = this.fitting(this.suggestion, document, position);
+    const ready = rest !== undefined ? this.items(rest, document, position, selected) : undefined;
+    if (ready) {
+      return this.show(ready);
+    }
     let pending = this.pending;
-    const same = pending && pending.uri === uri && pending.version === document.version && pending.offset === offset;
-    if (!same) {
+    if (!pending || !this.follows(pending, document, position, selected)) {
       if (context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic) {
         await sleep(this.debounceMs());
         if (token.isCancellationRequested || !this.client()) {
           return []; // a newer keystroke asks instead (or the server went away meanwhile)
         }
       }
-      pending = this.request(this.client()!, document, position, context.triggerKind);
+      pending = this.request(this.client()!, document, position, context.triggerKind, selected);
     }
-    await settledOrCancelled(pending!.settled, token);
+    await settledOrCancelled(pending.settled, token);
     if (token.isCancellationRequested) {
       this.log(`cancelled at ${position.line}:${position.character}`);
       return [];
     }
-    const final = this.fitting(document, position);
+    const final = this.fitting(this.suggestion, document, position);
     if (final !== undefined) {
-      return this.show(final, position);
+      return this.show(this.items(final, document, position, selected));
     }
-    if (this.pending === pending && pending!.text) {
-      return [new vscode.InlineCompletionItem(pending!.text, new vscode.Range(position, position))];
+    const streamed = this.pending === pending ? this.fitting(pending, document, position) : undefined;
+    const items = streamed ? this.items(streamed, document, position, selected) : undefined;
+    if (items) {
+      pending.shown = pending.text;
+      this.log(`showing streamed ${JSON.stringify(streamed)} at ${position.line}:${position.character}`);
+      void this.updateContext();
+      return items.map(([text, range]) => new vscode.InlineCompletionItem(text, range));
     }
     return [];
   }
 
-  private show(text: string, position: vscode.Position): vscode.InlineCompletionItem[] {
-    const s = this.suggestion!;
-    this.log(`showing ${JSON.stringify(text)} at ${position.line}:${position.character}`);
-    const item = new vscode.InlineCompletionItem(text, new vscode.Range(position, position), {
+  /** The item for `rest` (what is left of a suggestion at the cursor): inserted at the cursor,
+   * or, with a widget item selected, replacing that item's range, when it extends the item (else
+   * none: VS Code would not show it beside the widget). */
+  private items(
+    rest: string,
+    document: vscode.TextDocument,
+    position: vscode.Position,
+    selected: Selection | undefined,
+  ): [string, vscode.Range][] | undefined {
+    if (!rest) {
+      return undefined;
+    }
+    if (!selected) {
+      return [[rest, new vscode.Range(position, position)]];
+    }
+    const text = document.getText(selected.range) + rest;
+    return text.startsWith(selected.text) && text.length > selected.text.length ? [[text, selected.range]] : undefined;
+  }
+
+  private show(items: [string, vscode.Range][] | undefined): vscode.InlineCompletionItem[] {
+    const s = this.suggestion;
+    if (!items || !s) {
+      return [];
+    }
+    const [text, range] = items[0];
+    this.log(`showing ${JSON.stringify(text)} at ${range.start.line}:${range.start.character}`);
+    const item = new vscode.InlineCompletionItem(text, range, {
       title: "codespec: accepted",
       command: "codespec.accepted",
       arguments: [s.id],
@@ -114,6 +170,16 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     return [item];
   }
 
+  /** Whether the request in flight answers at `position`: the text between its anchor and the
+   * cursor is a beginning of what it streams (nothing typed yet, or typed or accepted through
+   * it), and with a widget item selected, it was asked with that item (or one it extends). */
+  private follows(pending: Pending, document: vscode.TextDocument, position: vscode.Position, selected?: Selection): boolean {
+    if (this.fitting(pending, document, position) === undefined) {
+      return false;
+    }
+    return !selected || (pending.selected !== undefined && pending.selected.startsWith(selected.text));
+  }
+
   // -- requests ----------------------------------------------------------------------------
 
   private request(
@@ -121,16 +187,22 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     document: vscode.TextDocument,
     position: vscode.Position,
     kind: vscode.InlineCompletionTriggerKind,
+    selected: Selection | undefined,
   ): Pending {
     this.pending?.cancel.cancel();
     this.forget();
     let settle = () => {};
     const settled = new Promise<void>((resolve) => (settle = resolve));
+    const start = selected ? selected.range.start : position;
     const pending: Pending = {
       uri: document.uri.toString(),
       version: document.version,
-      offset: document.offsetAt(position),
-      text: "",
+      anchor: document.offsetAt(start),
+      lineBefore: document.lineAt(start.line).text.slice(0, start.character),
+      text: selected?.text ?? "",
+      selected: selected?.text,
+      shown: "",
+      taken: 0,
       started: Date.now(),
       cancel: new vscode.CancellationTokenSource(),
       settled,
@@ -141,7 +213,10 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     const params = {
       textDocument: { uri: client.code2ProtocolConverter.asUri(document.uri) },
       position: { line: position.line, character: position.character },
-      context: { triggerKind: kind === vscode.InlineCompletionTriggerKind.Invoke ? 1 : 2 },
+      context: {
+        triggerKind: kind === vscode.InlineCompletionTriggerKind.Invoke ? 1 : 2,
+        ...(selected && { selectedCompletionInfo: { range: client.code2ProtocolConverter.asRange(selected.range), text: selected.text } }),
+      },
     };
     client.sendRequest<InlineCompletionResult>("textDocument/inlineCompletion", params, pending.cancel.token).then(
       (result) => this.answered(document, pending, result),
@@ -168,21 +243,22 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     const items = Array.isArray(result) ? result : (result?.items ?? []);
     const item = items[0];
     const text = typeof item?.insertText === "string" ? item.insertText : item?.insertText?.value;
-    // the version check: a reply for text the user has changed since is never shown
-    if (text && document.version === pending.version && !document.isClosed) {
-      const anchor = document.positionAt(pending.offset);
-      this.suggestion = {
-        id: item?.command?.arguments?.[0],
-        uri: pending.uri,
-        anchor: pending.offset,
-        lineBefore: document.lineAt(anchor.line).text.slice(0, anchor.character),
-        text,
-        reportedShown: false,
-      };
+    // kept from where it was asked: `fitting` shows it only while the text there is a
+    // beginning of it (a reply for text the user has changed since is never shown)
+    if (text && !document.isClosed) {
+      const { uri, anchor, lineBefore } = pending;
+      const s: Suggestion = { uri, anchor, lineBefore, text, id: item?.command?.arguments?.[0], reportedShown: false };
+      this.suggestion = s;
+      if (pending.taken > 0) {
+        // streamed text was accepted before its suggestion had an id: say so now
+        s.reportedShown = true;
+        this.report("codespec.didShow", s.id);
+        this.report("codespec.didPartialAccept", s.id, pending.taken);
+      }
     }
-    if (pending.text) {
+    if (pending.shown || pending.taken) {
       // streamed text is on screen: it becomes the suggestion, or goes when the reply is empty
-      this.refreshSoon(pending);
+      this.refreshSoon(pending.uri);
     }
     pending.settle();
   }
@@ -196,28 +272,27 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     const client = this.client();
     const uri = client ? client.protocol2CodeConverter.asUri(String(params.uri)).toString() : params.uri;
     if (uri !== pending.uri || (typeof params.version === "number" && params.version !== pending.version)) {
-      return;
+      return; // (an earlier request's, still on its way)
+    }
+    if (pending.selected && !params.text.startsWith(pending.selected)) {
+      return; // (the server's partials start with the selected item's text, as its reply does)
     }
     pending.text = params.text;
     pending.settle();
-    this.refreshSoon(pending);
+    this.refreshSoon();
   }
 
-  /** Ask VS Code for the ghost text again (soon, at most every REFRESH_MS) if the cursor is
-   * still where `pending` was asked. */
-  private refreshSoon(pending: Pending): void {
+  /** Ask VS Code for the ghost text again (soon, at most every REFRESH_MS) if a suggestion or
+   * the stream in flight fits at the cursor, or (`uri`) whenever that document is the active one
+   * (streamed text shown there must go when the reply brought none). */
+  private refreshSoon(uri?: string): void {
     if (this.refreshTimer) {
       return;
     }
     this.refreshTimer = setTimeout(() => {
       this.refreshTimer = undefined;
-      const editor = vscode.window.activeTextEditor;
-      if (
-        editor &&
-        editor.document.uri.toString() === pending.uri &&
-        editor.document.version === pending.version &&
-        editor.document.offsetAt(editor.selection.active) === pending.offset
-      ) {
+      const active = vscode.window.activeTextEditor?.document.uri.toString();
+      if (this.atCursor(this.suggestion) || this.atCursor(this.pending) || (uri && uri === active)) {
         void refresh();
       }
     }, REFRESH_MS);
@@ -225,9 +300,10 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
 
   // -- the suggestion at the cursor ----------------------------------------------------------
 
-  /** What is left of the suggestion at `position`, or undefined when none fits there. */
-  private fitting(document: vscode.TextDocument, position: vscode.Position): string | undefined {
-    const s = this.suggestion;
+  /** What is left of `s` (a suggestion, or the text streamed so far) at `position`, or
+   * undefined when it does not fit there: the text before its anchor on its line changed, or the
+   * text from its anchor to the cursor is not a beginning of it. */
+  private fitting(s: Anchored | undefined, document: vscode.TextDocument, position: vscode.Position): string | undefined {
     if (!s || s.uri !== document.uri.toString()) {
       return undefined;
     }
@@ -239,16 +315,35 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
       return undefined;
     }
     const typed = document.getText(new vscode.Range(anchor, position)).replace(/\r\n/g, "\n");
-    const rest = remainder(s.text, typed);
+    return remainder(s.text, typed);
+  }
+
+  /** What is left of `s` at the cursor of the active editor, if anything. */
+  private atCursor(s: Anchored | undefined): string | undefined {
+    const editor = vscode.window.activeTextEditor;
+    const rest = editor && s ? this.fitting(s, editor.document, editor.selection.active) : undefined;
     return rest ? rest : undefined;
   }
 
-  /** Accept all, or the next word or line, of the suggestion at the cursor. */
+  /** What is left of the suggestion at the cursor, if anything. */
+  private onScreen(): string | undefined {
+    return this.atCursor(this.suggestion);
+  }
+
+  /** What is left at the cursor of the streamed text last put on screen, if anything. */
+  private streamedAtCursor(): string | undefined {
+    const pending = this.pending;
+    return pending && pending.shown ? this.atCursor({ ...pending, text: pending.shown }) : undefined;
+  }
+
+  /** Accept all, or the next word or line, of what is on screen at the cursor: the suggestion,
+   * or the text streamed so far (its request goes on; the rest follows what was taken). */
   async accept(part: "all" | "word" | "line"): Promise<void> {
     const editor = vscode.window.activeTextEditor;
     const s = this.suggestion;
-    const rest = editor && s ? this.fitting(editor.document, editor.selection.active) : undefined;
-    if (!editor || !s || rest === undefined) {
+    const final = this.onScreen();
+    const rest = final ?? this.streamedAtCursor();
+    if (!editor || rest === undefined) {
       await this.updateContext();
       // none of ours fits here any more: what the key does without codespec
       const builtin = { all: "tab", word: "cursorWordEndRight", line: "scrollLineDown" }[part];
@@ -267,11 +362,17 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
         ? at.translate(0, take.length)
         : new vscode.Position(at.line + lines.length - 1, lines[lines.length - 1].length);
     editor.selection = new vscode.Selection(end, end);
-    if (take === rest) {
-      this.accepted(s.id);
+    if (final === undefined) {
+      this.log(`took ${JSON.stringify(take)} of the streamed text`);
+      this.pending!.taken += codePoints(take);
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+      await this.updateContext();
+      await refresh();
+    } else if (take === rest) {
+      this.accepted(s!.id);
       await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
     } else {
-      this.report("codespec.didPartialAccept", s.id, codePoints(take));
+      this.report("codespec.didPartialAccept", s!.id, codePoints(take));
       await refresh();
     }
   }
@@ -279,8 +380,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
   /** Keep the `codespec.suggestionShown` context key (our keys' `when`) true only while a
    * suggestion of ours fits at the cursor. */
   async updateContext(): Promise<void> {
-    const editor = vscode.window.activeTextEditor;
-    const fits = !!editor && this.fitting(editor.document, editor.selection.active) !== undefined;
+    const fits = this.onScreen() !== undefined || this.streamedAtCursor() !== undefined;
     if (fits !== this.contextShown) {
       this.contextShown = fits;
       await vscode.commands.executeCommand("setContext", "codespec.suggestionShown", fits);
@@ -296,9 +396,8 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
   }
 
   async dismiss(): Promise<void> {
-    const editor = vscode.window.activeTextEditor;
     const s = this.suggestion;
-    if (editor && s && this.fitting(editor.document, editor.selection.active) !== undefined) {
+    if (s && this.onScreen() !== undefined) {
       this.report("codespec.didDismiss", s.id);
     }
     this.pending?.cancel.cancel();

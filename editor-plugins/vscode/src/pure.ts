@@ -48,32 +48,38 @@ function isExecutable(file: string): boolean {
 }
 
 /**
- * The command that starts `codespec lsp`: the `codespec.serverPath` setting, else `codespec` on
- * PATH, else `.venv/bin/codespec` in a workspace folder (a codespec checkout). Undefined when
- * there is none.
+ * The command that starts `codespec lsp`, and where it was found: the `codespec.serverPath`
+ * setting (an executable, or a codespec checkout whose `.venv/bin/codespec` the README's set-up
+ * made), else `codespec` on PATH, else `.venv/bin/codespec` in a workspace folder (a codespec
+ * checkout), else in the user's own bin folders (`userBins`: where pipx, `pip install --user`
+ * and the README's set-up put it, `~/.local/bin`), which an editor started from a desktop
+ * launcher does not always have on its PATH. Undefined when there is none.
  */
 export function findServer(
   serverPath: string,
   serverArgs: readonly string[],
   pathVariable: string,
   workspaceFolders: readonly string[],
+  userBins: readonly string[] = [],
 ): { command: string; args: string[] } | undefined {
   const args = ["lsp", ...serverArgs];
   if (serverPath) {
-    return isExecutable(serverPath) ? { command: serverPath, args } : undefined;
+    const inCheckout = path.join(serverPath, ".venv", "bin", "codespec");
+    const command = isExecutable(serverPath) ? serverPath : isExecutable(inCheckout) ? inCheckout : undefined;
+    return command ? { command, args } : undefined;
   }
-  for (const dir of pathVariable.split(path.delimiter)) {
-    if (dir && isExecutable(path.join(dir, "codespec"))) {
-      return { command: path.join(dir, "codespec"), args };
-    }
-  }
-  for (const folder of workspaceFolders) {
-    const venv = path.join(folder, ".venv", "bin", "codespec");
-    if (isExecutable(venv)) {
-      return { command: venv, args };
-    }
-  }
-  return undefined;
+  const candidates = [
+    ...pathVariable.split(path.delimiter).filter((dir) => dir).map((dir) => path.join(dir, "codespec")),
+    ...workspaceFolders.map((folder) => path.join(folder, ".venv", "bin", "codespec")),
+    ...userBins.filter((dir) => dir).map((dir) => path.join(dir, "codespec")),
+  ];
+  const command = candidates.find(isExecutable);
+  return command ? { command, args } : undefined;
+}
+
+/** The user's own bin folders, where pipx and the README's set-up put `codespec`. */
+export function userBinFolders(env: NodeJS.ProcessEnv, home: string): string[] {
+  return [env.PIPX_BIN_DIR ?? "", home ? path.join(home, ".local", "bin") : ""].filter((dir) => dir);
 }
 
 /** The next word of `text`: leading blanks, then a run of word characters or of other marks. */

@@ -9,23 +9,37 @@ local config = require("codespec.config")
 local M = {}
 local client_id = nil
 
---- The server command: the `cmd` option, else `codespec` on PATH, else a checkout's .venv.
+--- The server command: the `cmd` option, else `codespec` on PATH, else the .venv of the
+--- checkout this plugin is in (the README's set-up), else the user's own bin folders (where
+--- pipx and the set-up's link put it: $PIPX_BIN_DIR, ~/.local/bin), which a Neovim started
+--- from a desktop launcher does not always have on its PATH.
 function M.find_server(options)
   options = options or config.options
   if options.cmd then
     return options.cmd
   end
-  if vim.fn.executable("codespec") == 1 then
-    return { "codespec", "lsp" }
+  local on_path = vim.fn.exepath("codespec")
+  if on_path ~= "" then
+    return { on_path, "lsp" }
   end
   local here = debug.getinfo(1, "S").source:sub(2)
   local root = vim.fn.fnamemodify(here, ":p:h:h:h:h:h") -- lua/codespec/client.lua -> checkout
-  local venv = root .. "/.venv/bin/codespec"
-  if vim.fn.executable(venv) == 1 then
-    return { venv, "lsp" }
+  local candidates = { root .. "/.venv/bin/codespec" }
+  if vim.env.PIPX_BIN_DIR and vim.env.PIPX_BIN_DIR ~= "" then
+    table.insert(candidates, vim.env.PIPX_BIN_DIR .. "/codespec")
+  end
+  if vim.env.HOME and vim.env.HOME ~= "" then
+    table.insert(candidates, vim.env.HOME .. "/.local/bin/codespec")
+  end
+  for _, candidate in ipairs(candidates) do
+    if vim.fn.executable(candidate) == 1 then
+      return { candidate, "lsp" }
+    end
   end
   return nil
 end
+
+M.command = nil -- the command the running client was started with
 
 --- The running client, or nil.
 function M.get()
@@ -52,6 +66,7 @@ function M.start(bufnr, on)
   if not cmd then
     return false
   end
+  M.command = cmd
   client_id = compat.start_client({
     name = "codespec",
     cmd = cmd,

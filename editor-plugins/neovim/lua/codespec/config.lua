@@ -8,6 +8,10 @@ M.defaults = {
   enabled = true,
   disabled_filetypes = {},
   filetypes = nil, -- nil: every buffer with a file
+  -- while a completion menu is open (the built-in popup menu, nvim-cmp, blink.cmp): hide the
+  -- ghost text and show it again when the menu closes (true, as copilot.lua does), or show both
+  -- (false); either way the menu keeps <Tab> while it is open
+  hide_during_completion = true,
   keymaps = {
     accept = "<Tab>",
     accept_word = "<M-Right>",

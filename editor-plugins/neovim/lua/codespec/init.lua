@@ -4,18 +4,21 @@
 -- type, a debounced `textDocument/inlineCompletion` request asks for a suggestion; it is drawn
 -- as ghost text (virtual text on the cursor line, virtual lines below) and grows with the
 -- server's `codespec/partialCompletion` notifications. Tab accepts it, <M-Right> accepts the
--- next word, <M-Down> the next line, <C-]> dismisses it (all configurable). What you did with
--- a suggestion is reported with the commands in lsp/PROTOCOL.md ("Verdicts"). Where the cursor
--- rests is sent as `codespec/cursor`, so the daemon can warm the prompt there.
+-- next word, <M-Down> the next line, <C-]> dismisses it (all configurable); streamed text can be
+-- accepted before the reply. While a completion menu is open, its keys stay its own and the
+-- ghost text hides until it closes (`hide_during_completion`). What you did with a suggestion
+-- is reported with the commands in lsp/PROTOCOL.md ("Verdicts"). Where the cursor rests is sent
+-- as `codespec/cursor`, so the daemon can warm the prompt there.
 --
 -- The rooms (as copilot.lua splits its plugin): `config` (options), `client` (the LSP client),
--- `suggestion` (asking, drawing through `ghost`, accepting), `status` (status line, stats);
--- this file wires them to Neovim's events, keys and commands. Works on Neovim 0.7.2 (Debian 12)
+-- `suggestion` (asking, drawing through `ghost`, accepting), `menu` (completion menus),
+-- `status` (status line, stats); this file wires them to Neovim's events, keys and commands. Works on Neovim 0.7.2 (Debian 12)
 -- and newer: APIs that differ are wrapped in `compat`.
 
 local client = require("codespec.client")
 local config = require("codespec.config")
 local ghost = require("codespec.ghost")
+local menu = require("codespec.menu")
 local status = require("codespec.status")
 local suggestion = require("codespec.suggestion")
 
@@ -56,6 +59,10 @@ local events = {
       status.set("loading", value.message)
     elseif value.kind == "end" then
       status.set("ready")
+      -- typed while it loaded: complete at the cursor now, not at the next keystroke
+      if vim.api.nvim_get_mode().mode:sub(1, 1) == "i" and suggestion.idle() then
+        suggestion.request(false)
+      end
     end
   end,
   init = function()
@@ -78,7 +85,8 @@ local function start(bufnr)
   if not client.start(bufnr, events) and status.state.status ~= "error" then
     status.set("error", "server not found")
     status.notify(
-      "`codespec` not found: install it (see the codespec README) or set `cmd` in setup()",
+      "`codespec` not found on PATH, in this plugin's checkout (.venv) or ~/.local/bin: run the"
+        .. " README's set-up (scripts/setup.sh), or set `cmd` in setup()",
       vim.log.levels.WARN
     )
   end
@@ -106,13 +114,27 @@ end
 
 -- -- setup -------------------------------------------------------------------------------------
 
-local function map(lhs, fn, fallback)
+--- What ``lhs`` did before codespec mapped it: that mapping kept under a <Plug> name (fed
+--- with remapping), else the key itself.
+local function previous(lhs)
+  local old = vim.fn.maparg(lhs, "i", false, true)
+  if type(old) ~= "table" or vim.tbl_isempty(old) or old.desc == "codespec" then
+    return lhs, "n"
+  end
+  local plug = "<Plug>(codespec-before-" .. lhs:gsub("[<>]", "") .. ")"
+  local rhs = old.callback or old.rhs
+  vim.keymap.set("i", plug, rhs, { expr = old.expr == 1, remap = old.noremap ~= 1, silent = old.silent == 1 })
+  return plug, "m"
+end
+
+local function map(lhs, fn)
   if not lhs or lhs == "" then
     return
   end
+  local fallback, mode = previous(lhs)
   vim.keymap.set("i", lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback or lhs, true, false, true), "n", false)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback, true, false, true), mode, false)
     end
   end, { silent = true, desc = "codespec" })
 end
@@ -129,7 +151,9 @@ local function autocommands()
   end)
   on("TextChangedI", suggestion.on_text_changed)
   on({ "InsertLeave", "BufLeave" }, suggestion.abandon)
+  on("TextChangedP", suggestion.on_text_changed) -- (the menu changed the text)
   on("CursorMovedI", suggestion.on_cursor_moved)
+  menu.watch(group, suggestion.on_menu)
   rest_timer = rest_timer or vim.loop.new_timer()
   on({ "CursorMoved", "CursorMovedI", "BufEnter" }, function()
     rest_timer:stop()

@@ -40,6 +40,9 @@ function M.text()
   if s.tokens_per_pass then
     text = text .. string.format(", %.2f tokens per target pass", s.tokens_per_pass)
   end
+  if client.command then
+    text = text .. ", server " .. client.command[1]
+  end
   return text
 end
 

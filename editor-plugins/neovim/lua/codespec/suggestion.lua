@@ -1,15 +1,25 @@
 -- The suggestion: ask for it after a pause in typing, draw it as it streams, accept it whole or
 -- a word or a line at a time, dismiss it; report each verdict to the server.
+--
+-- What is on screen can be accepted at any moment: the final suggestion, or the text streamed so
+-- far (the request goes on, and what comes after the accepted part is drawn after it). While a
+-- completion menu is open the ghost text is hidden (``hide_during_completion``) and drawn again
+-- when the menu closes.
 
 local client = require("codespec.client")
 local config = require("codespec.config")
 local ghost = require("codespec.ghost")
+local menu = require("codespec.menu")
 local status = require("codespec.status")
 
 local M = {}
 
-local current = nil -- the suggestion shown: { id, text, bufnr, row, col, tick, shown }
-local pending = nil -- the request in flight: { request_id, bufnr, row, col, tick, started }
+-- the suggestion answered: { id, text, bufnr, row, col, tick, shown }
+local current = nil
+-- the request in flight: { request_id, bufnr, row, col, tick, started, streamed, taken }; row,
+-- col and tick follow the cursor as streamed text is accepted (``taken``: what was accepted of
+-- it, ``streamed``: all the server has sent)
+local pending = nil
 local timer = nil
 
 --- Whether the cursor is still where ``p`` was asked for or drawn, in the same text.
@@ -21,6 +31,24 @@ local function still_fits(p)
   return cursor[1] - 1 == p.row and cursor[2] == p.col and vim.b[p.bufnr].changedtick == p.tick
 end
 
+--- What of the streamed text is left to show after what was accepted of it ("" for none).
+local function streamed_rest(p)
+  local streamed, taken = p.streamed or "", p.taken or ""
+  if streamed:sub(1, #taken) ~= taken then
+    return ""
+  end
+  return streamed:sub(#taken + 1)
+end
+
+--- Draw ``text`` at ``p`` unless a completion menu is open and hides it.
+local function draw(p, text)
+  if config.options.hide_during_completion and menu.visible() then
+    ghost.clear()
+    return
+  end
+  ghost.draw(p.bufnr, p.row, p.col, text)
+end
+
 function M.clear()
   ghost.clear()
   current = nil
@@ -28,7 +56,7 @@ end
 
 local function show(suggestion)
   current = suggestion
-  ghost.draw(suggestion.bufnr, suggestion.row, suggestion.col, suggestion.text)
+  draw(suggestion, suggestion.text)
   if not suggestion.shown and suggestion.id then
     suggestion.shown = true
     client.report("codespec.didShow", suggestion.id)
@@ -43,6 +71,28 @@ local function first_item(result)
   end
   local id = item.command and item.command.arguments and item.command.arguments[1]
   return item.insertText, id
+end
+
+--- The reply for ``p``: the suggestion (what is left of it after what was accepted while it
+--- streamed), shown where the cursor is.
+local function answered(p, result)
+  local text, id = first_item(result)
+  local taken = p.taken or ""
+  if not text or text:sub(1, #taken) ~= taken then
+    M.clear()
+    return
+  end
+  if taken ~= "" and id then
+    -- accepted while it streamed, before it had an id: say so now
+    client.report("codespec.didShow", id)
+    local verdict = #taken == #text and "codespec.didAccept" or "codespec.didPartialAccept"
+    client.report(verdict, id, vim.fn.strchars(taken))
+  end
+  if #taken == #text then
+    M.clear()
+    return
+  end
+  show({ id = id, text = text:sub(#taken + 1), bufnr = p.bufnr, row = p.row, col = p.col, tick = p.tick, shown = taken ~= "" })
 end
 
 --- Ask for a suggestion at the cursor (``invoked``: by the user's key, not by typing).
@@ -87,14 +137,12 @@ function M.request(invoked, retried)
       if err and err.code ~= -32800 then
         status.set("error", err.message)
       end
+      if not current then
+        ghost.clear() -- (streamed text that led nowhere)
+      end
       return
     end
-    local text, id = first_item(result)
-    if not text then
-      M.clear()
-      return
-    end
-    show({ id = id, text = text, bufnr = p.bufnr, row = p.row, col = p.col, tick = p.tick })
+    answered(p, result)
   end, bufnr)
   if ok then
     p.request_id = request_id
@@ -105,11 +153,13 @@ end
 --- A `codespec/partialCompletion` notification: draw what has streamed so far.
 function M.on_partial(result)
   local p = pending
-  if not p or not result or result.id ~= p.request_id or not still_fits(p) then
+  if not p or not result or result.id ~= p.request_id or type(result.text) ~= "string" then
     return
   end
-  if type(result.text) == "string" and result.text ~= "" then
-    ghost.draw(p.bufnr, p.row, p.col, result.text) -- streamed: not a suggestion yet
+  p.streamed = result.text
+  local rest = streamed_rest(p)
+  if rest ~= "" and not current and still_fits(p) then
+    draw(p, rest) -- streamed: not a suggestion yet
   end
 end
 
@@ -142,9 +192,10 @@ function M.reset()
 end
 
 --- The buffer changed in insert mode: a suggestion that no longer fits goes, and a new one is
---- asked for (the server infers the verdict). Our own insertion (a partial accept) keeps it.
+--- asked for (the server infers the verdict). Our own insertion (an accept) keeps it, and the
+--- stream it was taken from.
 function M.on_text_changed()
-  if current and still_fits(current) then
+  if (current and still_fits(current)) or (pending and still_fits(pending)) then
     return
   end
   M.clear()
@@ -157,14 +208,37 @@ function M.on_cursor_moved()
   end
 end
 
-local function insert(text)
-  local s = current
+--- A completion menu opened or closed: hide the ghost text while it is open (see
+--- ``hide_during_completion``), draw it again once it closes, or ask anew if the menu changed
+--- the text meanwhile.
+function M.on_menu(open)
+  if not config.options.hide_during_completion or vim.api.nvim_get_mode().mode:sub(1, 1) ~= "i" then
+    return
+  end
+  if open then
+    ghost.clear()
+  elseif current and still_fits(current) then
+    draw(current, current.text)
+  elseif pending and still_fits(pending) then
+    local rest = streamed_rest(pending)
+    if rest ~= "" then
+      draw(pending, rest)
+    end
+  elseif not pending then
+    M.clear()
+    M.schedule()
+  end
+end
+
+--- Insert ``text`` at ``(row, col)`` of ``bufnr`` and put the cursor after it; returns the
+--- cursor's new row and col.
+local function insert(bufnr, row, col, text)
   local lines = vim.split(text, "\n", { plain = true })
-  vim.api.nvim_buf_set_text(s.bufnr, s.row, s.col, s.row, s.col, lines)
-  local row = s.row + #lines - 1
-  local col = (#lines == 1 and s.col or 0) + #lines[#lines]
-  vim.api.nvim_win_set_cursor(0, { row + 1, col })
-  return row, col
+  vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
+  local new_row = row + #lines - 1
+  local new_col = (#lines == 1 and col or 0) + #lines[#lines]
+  vim.api.nvim_win_set_cursor(0, { new_row + 1, new_col })
+  return new_row, new_col
 end
 
 --- The part of ``text`` that accepting ``part`` ("all", "word" or "line") takes.
@@ -177,28 +251,47 @@ local function part_of(text, part)
   return text
 end
 
---- Accept ``part`` of the suggestion: "all", "word" or "line". Returns false when none shows.
+--- Accept ``part`` of what is on screen ("all", "word" or "line"): the suggestion, or the text
+--- streamed so far. Returns false when none shows (or a completion menu has the key).
 function M.accept(part)
+  if menu.visible() then
+    return false -- the menu keeps its keys
+  end
   local s = current
-  if not s or not still_fits(s) then
+  if s and still_fits(s) then
+    local take = part_of(s.text, part)
+    ghost.clear()
+    local row, col = insert(s.bufnr, s.row, s.col, take)
+    local rest = s.text:sub(#take + 1)
+    if rest == "" then
+      current = nil
+      if s.id then
+        client.report("codespec.didAccept", s.id)
+      end
+    else
+      if s.id then
+        client.report("codespec.didPartialAccept", s.id, vim.fn.strchars(take))
+      end
+      s.text, s.row, s.col, s.tick = rest, row, col, vim.b[s.bufnr].changedtick
+      show(s)
+    end
+    return true
+  end
+  local p = pending
+  local shown = p and not current and still_fits(p) and ghost.text() or nil
+  if not shown or shown == "" then
     M.clear()
     return false
   end
-  local take = part_of(s.text, part)
+  -- streamed text: take what is drawn (the request goes on; the rest is drawn after it)
+  local take = part_of(shown, part)
   ghost.clear()
-  local row, col = insert(take)
-  local rest = s.text:sub(#take + 1)
-  if rest == "" then
-    current = nil
-    if s.id then
-      client.report("codespec.didAccept", s.id)
-    end
-  else
-    if s.id then
-      client.report("codespec.didPartialAccept", s.id, vim.fn.strchars(take))
-    end
-    s.text, s.row, s.col, s.tick = rest, row, col, vim.b[s.bufnr].changedtick
-    show(s)
+  p.taken = (p.taken or "") .. take
+  p.row, p.col = insert(p.bufnr, p.row, p.col, take)
+  p.tick = vim.b[p.bufnr].changedtick
+  local rest = streamed_rest(p)
+  if rest ~= "" then
+    draw(p, rest)
   end
   return true
 end
@@ -217,6 +310,11 @@ end
 
 function M.visible()
   return current ~= nil
+end
+
+--- Whether nothing is shown or on its way (the model became ready: ask at the cursor).
+function M.idle()
+  return current == nil and pending == nil
 end
 
 return M

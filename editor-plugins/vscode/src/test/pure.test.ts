@@ -6,7 +6,16 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import { SERVER_SETTINGS, codePoints, findServer, nextLine, nextWord, remainder, serverSettings } from "../pure";
+import {
+  SERVER_SETTINGS,
+  codePoints,
+  findServer,
+  nextLine,
+  nextWord,
+  remainder,
+  serverSettings,
+  userBinFolders,
+} from "../pure";
 
 const root = path.resolve(__dirname, "..", "..");
 
@@ -42,7 +51,7 @@ test("what is left of a suggestion after typing", () => {
   assert.equal(remainder("ab", "ab"), "");
 });
 
-test("the server is the setting, else PATH, else a workspace's .venv", () => {
+test("the server is the setting (or a checkout), else PATH, a workspace's .venv, the user's bin", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "codespec-find-"));
   const bin = path.join(dir, "bin");
   const venv = path.join(dir, "ws", ".venv", "bin");
@@ -60,4 +69,11 @@ test("the server is the setting, else PATH, else a workspace's .venv", () => {
   assert.equal(findServer("", [], "/nonexistent", [dir]), undefined);
   assert.equal(findServer(path.join(dir, "not-executable"), [], bin, []), undefined);
   assert.equal(findServer(bin, [], bin, []), undefined); // a directory is not a server
+  // the setting may name a checkout the README's set-up prepared
+  assert.equal(findServer(path.join(dir, "ws"), [], "", [])?.command, path.join(venv, "codespec"));
+  // where pipx and the set-up put it, for an editor whose PATH lacks it; PATH comes first
+  assert.equal(findServer("", [], "/nonexistent", [], ["", venv])?.command, path.join(venv, "codespec"));
+  assert.equal(findServer("", [], bin, [], [venv])?.command, path.join(bin, "codespec"));
+  assert.deepEqual(userBinFolders({ PIPX_BIN_DIR: "/p" }, "/home/u"), ["/p", "/home/u/.local/bin"]);
+  assert.deepEqual(userBinFolders({}, ""), []);
 });
