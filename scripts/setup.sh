@@ -24,4 +24,6 @@ if ! .venv/bin/python -c "import codespec, pygls, pytest_lsp, matplotlib, playwr
 fi
 # Join, verify and convert the default pair once (a few minutes the first time, then instant).
 .venv/bin/codespec prepare >/dev/null
+# Where the editor plugins look for it (~/.local/bin), unless one is there already.
+bash scripts/link-codespec.sh
 echo "codespec setup: ready (.venv/bin/codespec)" >&2

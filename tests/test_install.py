@@ -82,3 +82,35 @@ def test_a_built_wheel_completes_with_the_embedded_pair(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["tokens"] > 0 and report["completion"].strip()
+
+
+def link(home: Path, **env: str) -> subprocess.CompletedProcess:
+    """scripts/link-codespec.sh (the set-up's last step) with ``home`` as the user's home."""
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "link-codespec.sh")],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_the_setup_links_codespec_where_the_editor_plugins_look(tmp_path):
+    ours = (ROOT / ".venv" / "bin" / "codespec").resolve()
+    linked = tmp_path / ".local" / "bin" / "codespec"
+    assert "linked" in link(tmp_path).stderr
+    assert linked.is_symlink() and linked.resolve() == ours
+    assert "editors find it" in link(tmp_path).stderr  # again: left as it is
+    linked.unlink()
+    linked.symlink_to(tmp_path / "gone")  # dangling (a checkout removed since): made again
+    link(tmp_path)
+    assert linked.resolve() == ours
+    linked.unlink()
+    linked.write_text("#!/bin/sh\n")  # someone else's codespec: kept, and the message says so
+    linked.chmod(0o755)
+    assert "another codespec" in link(tmp_path).stderr
+    assert linked.read_text() == "#!/bin/sh\n"
+    other = tmp_path / "other"
+    other.mkdir()
+    assert "serverPath" in link(other, CODESPEC_NO_LINK="1").stderr
+    assert not (other / ".local").exists()
