@@ -59,3 +59,27 @@ def test_keystrokes_deep_in_a_minified_line_land_where_typed():
         doc.apply(change, "utf-16")
     assert doc.text[2 + 900_000 : 2 + 900_060] == "y" * 60
     assert doc.line_starts() == [0, 2, 2 + 1_000_060 + 1]
+
+
+def test_an_edited_copy_leaves_the_document_as_it_was_until_taken():
+    """A costly message is applied to a copy on a thread (``session.change_off_loop``): the
+    document the event loop reads stays whole meanwhile, and taking the copy gives the same
+    text and line index as applying the changes in place."""
+    text = "a = 1\r\nb = 2\nc = 3\r"
+    doc, reference = Document("file:///x.py", text), Document("file:///x.py", text)
+    doc.line_starts()
+    changes = [
+        types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(1, 0), types.Position(1, 1)), text="bee\r\n"
+        ),
+        types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(0, 5), types.Position(0, 5)), text="0"
+        ),
+    ]
+    copy = doc.edited(changes, "utf-16")
+    assert doc.text == text and doc.edits == 0 and doc.line_starts() == [0, 7, 13, 19]
+    for change in changes:
+        reference.apply(change, "utf-16")
+    doc.take(copy)
+    assert doc.text == reference.text and doc.edits == reference.edits == 2
+    assert doc.line_starts() == Document("file:///y.py", reference.text).line_starts()

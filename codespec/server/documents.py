@@ -13,7 +13,9 @@ for whatever version numbers the client sends.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lsprotocol import types
@@ -135,6 +137,19 @@ class Document:
             self.text = change.text
             self._starts = None
         self.edits += 1
+
+    def edited(self, changes: Sequence, encoding: str) -> Document:
+        """A copy with ``changes`` applied, this document untouched (so that a thread can
+        apply a costly message while the event loop goes on reading this one)."""
+        starts = None if self._starts is None else list(self._starts)
+        copy = dataclasses.replace(self, _starts=starts)
+        for change in changes:
+            copy.apply(change, encoding)
+        return copy
+
+    def take(self, edited: Document) -> None:
+        """Become ``edited`` (this document's ``edited`` copy), all at once."""
+        self.text, self._starts, self.edits = edited.text, edited._starts, edited.edits
 
     def _mend_starts(self, a: int, b: int, inserted: int) -> None:
         """The line index after text ``[a, b)`` became ``inserted`` characters. Starts before

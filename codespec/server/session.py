@@ -39,6 +39,9 @@ PID_MAX = 1 << 22  # Linux's largest pid_max
 # replies a client has left unread when the next one is due: past this it is disconnected (a
 # client that reads holds next to none, whatever the size of one reply)
 MAX_UNREAD_BYTES = 16 << 20
+# a didChange whose edits may copy more characters than this (its changes times the document's
+# length) is applied on a thread, so that the event loop serves other sessions meanwhile
+OFF_LOOP_EDIT_CHARS = 8_000_000
 
 
 class CodespecServer(LanguageServer):
@@ -101,6 +104,32 @@ class CodespecProtocol(LanguageServerProtocol):
             return
         for change in params.content_changes:
             doc.apply(change, self.encoding)
+        self.changed(doc, params)
+
+    async def change_off_loop(self, message: dict) -> None:
+        """A costly didChange (``costly_change``): read and applied to a copy on a thread. This
+        session reads its next message only once the copy is in place, so nothing of it
+        overtakes the edit."""
+        doc = self.session.documents[message["params"]["textDocument"]["uri"]]
+
+        def read_and_apply() -> tuple[types.DidChangeTextDocumentParams, Document] | None:
+            try:
+                params = self._converter.structure(
+                    message["params"], types.DidChangeTextDocumentParams
+                )
+                return params, doc.edited(params.content_changes, self.encoding)
+            except Exception as exc:  # (as pygls treats a notification it cannot handle)
+                log.debug("cannot apply a didChange: %s", exc)
+                return None
+
+        done = await asyncio.to_thread(read_and_apply)
+        if done is not None:
+            params, edited = done
+            doc.take(edited)
+            self.changed(doc, params)
+
+    def changed(self, doc: Document, params: types.DidChangeTextDocumentParams) -> None:
+        """After a didChange was applied: its version, the verdicts, a warm-up where it ended."""
         doc.version = params.text_document.version
         self.session.ledger.document_changed(doc.uri, doc.text)  # accepted? typed over?
         if params.content_changes:  # edits settle where the last change ended: warm there
@@ -184,7 +213,10 @@ async def serve_connection(
             if error is not None:
                 writer.write(frame(error))
                 continue
-            dispatch(protocol, normalize(message), writer)
+            if costly_change(state, message):
+                await protocol.change_off_loop(message)
+            else:
+                dispatch(protocol, normalize(message), writer)
             if state.exited:
                 break
     finally:
@@ -193,6 +225,20 @@ async def serve_connection(
             timer.cancel()  # no warm-up for a session that has ended
         state.ledger.end()  # what is still shown was left unaccepted
         writer.close()
+
+
+def costly_change(state: SessionState, message: dict) -> bool:
+    """Whether ``message`` is a didChange that may copy more than ``OFF_LOOP_EDIT_CHARS``."""
+    if message.get("method") != types.TEXT_DOCUMENT_DID_CHANGE:
+        return False
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
+        return False
+    changes, uri = params.get("contentChanges"), params["textDocument"].get("uri")
+    doc = state.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None or not isinstance(changes, list):
+        return False
+    return len(changes) * max(len(doc.text), 1) > OFF_LOOP_EDIT_CHARS
 
 
 def dispatch(protocol: Any, message: dict, writer: asyncio.StreamWriter) -> None:

@@ -113,3 +113,47 @@ def test_costly_edits_in_one_session_do_not_hold_another(daemon):
     )
     text = editor.reply_to(5)["result"]["text"]
     assert text[2 + 900_000 : 2 + 900_060] == "y" * 60
+
+
+def test_a_costly_edit_message_is_applied_off_the_event_loop(daemon):
+    """One didChange of 10,000 edits to a 300 KB document (each edit copies the document): the
+    daemon applies it on a thread, so another session is answered meanwhile; the editing session's
+    next request still sees every edit (nothing of it overtakes the message)."""
+    editor = session({"warmAhead": False})
+    lines = "".join(f"value_{i} = {i}\n" for i in range(20_000))[:300_000]
+    uri = "file:///tmp/costly.py"
+    editor.send(did_open(uri, lines))
+    edits = 10_000
+    changes = [
+        {
+            "range": {"start": {"line": i, "character": 0}, "end": {"line": i, "character": 0}},
+            "text": "z",
+        }
+        for i in range(edits)
+    ]
+    other = session({"warmAhead": False})
+    other.send(did_open("file:///tmp/small.py", "x = 1\n"))
+    document = {"jsonrpc": "2.0", "method": "codespec/document"}
+    sent = time.monotonic()
+    editor.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": changes},
+        }
+    )
+    editor.send({**document, "id": 7, "params": {"uri": uri}})
+    time.sleep(0.2)  # the edits are being applied
+    asked = time.monotonic()
+    other.send({**document, "id": 8, "params": {"uri": "file:///tmp/small.py"}})
+    assert other.reply_to(8)["result"]["text"] == "x = 1\n"
+    other_waited = time.monotonic() - asked
+    text = editor.reply_to(7)["result"]["text"]
+    applied_in = time.monotonic() - sent
+    expected = lines.split("\n")
+    expected[:edits] = ["z" + line for line in expected[:edits]]
+    assert text == "\n".join(expected)
+    print(f"applied in {applied_in:.2f} s; the other session waited {other_waited:.3f} s")
+    # (meaningful only while applying the message takes far longer than serving the other)
+    assert applied_in > 4 * other_waited, (applied_in, other_waited)
+    assert other_waited < 1.0, (applied_in, other_waited)

@@ -341,6 +341,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
   async accept(part: "all" | "word" | "line"): Promise<void> {
     const editor = vscode.window.activeTextEditor;
     const s = this.suggestion;
+    const pending = this.pending; // (its reply may come while the text goes in)
     const final = this.onScreen();
     const rest = final ?? this.streamedAtCursor();
     if (!editor || rest === undefined) {
@@ -364,7 +365,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     editor.selection = new vscode.Selection(end, end);
     if (final === undefined) {
       this.log(`took ${JSON.stringify(take)} of the streamed text`);
-      this.pending!.taken += codePoints(take);
+      pending!.taken += codePoints(take);
       await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
       await this.updateContext();
       await refresh();
