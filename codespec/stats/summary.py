@@ -75,18 +75,19 @@ def summaries(
 ) -> tuple[dict, dict[str, dict]]:
     """(the whole window's figures, each group's figures by key) for the rows ``where``."""
     group = GROUP_SQL[by]
+    table = source(conn, where, args)
     sums = ", ".join(f"SUM({name})" for name in SUMMED)
     tallies: dict[str, Tally] = defaultdict(Tally)
     total = Tally()
     query = (
         f"SELECT {group}, outcome, shown != 0, verdict, stop, COUNT(*), {sums} "
-        f"FROM requests{where} GROUP BY 1, 2, 3, 4, 5"
+        f"FROM {table}{where} GROUP BY 1, 2, 3, 4, 5"
     )
     for key, outcome, shown, verdict, stop, count, *values in conn.execute(query, args):
         summed = dict(zip(SUMMED, values, strict=True))
         tallies[key].add(outcome, shown, verdict, stop, count, summed)
         total.add(outcome, shown, verdict, stop, count, summed)
-    latencies = _latencies(conn, where, args, group)
+    latencies = _latencies(conn, table, where, args, group)
     every = {name: array("d") for name in LATENCIES}
     for per_name in latencies.values():
         for name, values in per_name.items():
@@ -95,14 +96,30 @@ def summaries(
     return _figures(total, every), groups
 
 
+def source(conn: sqlite3.Connection, where: str, args: list) -> str:
+    """The table to read the window from, with SQLite's choice of index or without it. An index
+    on the time (or the language, for grouping) walks the rows in its order and looks each one
+    up: quick for a short window, slower than reading the table straight through for one that
+    holds much of it (``docs/benchmarks.md``, "Measurements behind the code"). A language
+    filter keeps its index."""
+    if "language" in where:
+        return "requests"
+    if where:
+        (in_window,) = conn.execute(f"SELECT COUNT(*) FROM requests{where}", args).fetchone()
+        (everything,) = conn.execute("SELECT COUNT(*) FROM requests").fetchone()
+        if 4 * in_window < everything:
+            return "requests"
+    return "requests NOT INDEXED"
+
+
 def _latencies(
-    conn: sqlite3.Connection, where: str, args: list, group: str
+    conn: sqlite3.Connection, table: str, where: str, args: list, group: str
 ) -> dict[str, dict[str, array]]:
     """Each group's latencies (ms) of the requests that ran, by name, missing ones left out."""
     out: dict[str, dict[str, array]] = defaultdict(lambda: {n: array("d") for n in LATENCIES})
     scope = f"{where} AND " if where else " WHERE "
     marks = ", ".join("?" for _ in RAN)
-    query = f"SELECT {group}, {', '.join(LATENCIES)} FROM requests{scope}outcome IN ({marks})"
+    query = f"SELECT {group}, {', '.join(LATENCIES)} FROM {table}{scope}outcome IN ({marks})"
     for key, *values in conn.execute(query, [*args, *RAN]):
         arrays = out[key]
         for name, value in zip(LATENCIES, values, strict=True):
