@@ -101,6 +101,17 @@ def neovim(version: str) -> Path:
     return binary
 
 
+def bare_editor(version: str, workdir: Path, plugin: Path, home: Path) -> Editor:
+    """A Neovim with no `cmd`, whose PATH lacks codespec and whose home is ``home`` (the child
+    inherits both): only what the plugin finds on its own is started."""
+    old_path, old_home = os.environ["PATH"], os.environ["HOME"]
+    os.environ["PATH"], os.environ["HOME"] = "/usr/bin:/bin", str(home)
+    try:
+        return Editor(neovim(version), workdir, None, plugin=plugin)
+    finally:
+        os.environ["PATH"], os.environ["HOME"] = old_path, old_home
+
+
 @pytest.fixture
 def server(tiny_manifest, daemon_socket):
     """`codespec lsp` for a private socket; it starts the tiny-model daemon itself."""
@@ -234,13 +245,7 @@ def test_a_missing_server_is_one_clear_message(version, tmp_path):
     shutil.copytree(PLUGIN, plugin)
     source = tmp_path / "a.py"
     source.write_text("x = 1\n")
-    old_path, old_home = os.environ["PATH"], os.environ["HOME"]
-    # the child Neovim inherits them: no codespec on PATH or in the home's ~/.local/bin
-    os.environ["PATH"], os.environ["HOME"] = "/usr/bin:/bin", str(tmp_path)
-    try:
-        editor = Editor(neovim(version), tmp_path, None, plugin=plugin)
-    finally:
-        os.environ["PATH"], os.environ["HOME"] = old_path, old_home
+    editor = bare_editor(version, tmp_path, plugin, home=tmp_path)
     try:
         editor.nvim.command(f"edit {source}")
         time.sleep(0.5)
@@ -491,12 +496,7 @@ def test_the_server_in_the_users_bin_is_found_and_named(version, tiny_manifest, 
     linked = home / ".local" / "bin" / "codespec"
     linked.parent.mkdir(parents=True)
     linked.symlink_to(Path(sys.executable).parent / "codespec")
-    old_path, old_home = os.environ["PATH"], os.environ["HOME"]
-    os.environ["PATH"], os.environ["HOME"] = "/usr/bin:/bin", str(home)
-    try:
-        editor = Editor(neovim(version), tmp_path, None, plugin=plugin)
-    finally:
-        os.environ["PATH"], os.environ["HOME"] = old_path, old_home
+    editor = bare_editor(version, tmp_path, plugin, home=home)
     try:
         assert editor.lua("return require('codespec').find_server()") == [str(linked), "lsp"]
         # started (on that link, with a private socket and the tiny pair): the status names it

@@ -15,7 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest_lsp
 from helpers import build_tiny_pair  # noqa: F401  (re-exported for the LSP tests)
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 # One runtime dir for the whole test session: `codespec lsp` finds the daemon's socket there.
 RUNTIME = Path(tempfile.mkdtemp(prefix="codespec-test-run-"))
@@ -101,3 +104,36 @@ def start_tcp_daemon(manifest: Path, folder: Path, env: dict | None = None):
         except OSError:
             time.sleep(0.05)
     return proc, port
+
+
+def lsp_client_fixture(settings: dict):
+    """A pytest-lsp client through `codespec lsp` to the shared daemon, initialized with
+    ``settings``; the `codespec/partialCompletion` notifications it gets are kept in
+    ``partials``. Assign it at module level, with the shared daemon asked for first:
+
+        client = lsp_client_fixture(SETTINGS)
+        pytestmark = pytest.mark.usefixtures("daemon")
+
+    (pytest-lsp starts the relay before it asks for the fixture's own arguments: a relay that
+    finds no daemon starts one of its own, with the embedded pair, and the shared daemon then
+    finds its socket taken)."""
+
+    @pytest_lsp.fixture(config=ClientServerConfig(server_command=LSP_COMMAND))
+    async def client(lsp_client: LanguageClient, daemon):
+        lsp_client.partials = []
+
+        @lsp_client.feature("codespec/partialCompletion")
+        def on_partial(params):
+            lsp_client.partials.append(params)
+
+        await lsp_client.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                initialization_options=settings,
+                process_id=None,
+            )
+        )
+        yield
+        await lsp_client.shutdown_session()
+
+    return client

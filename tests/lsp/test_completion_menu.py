@@ -5,32 +5,17 @@ item's text and the completion, so that VS Code shows it beside its suggest widg
 
 from __future__ import annotations
 
-import pytest_lsp
-from lsp_helpers import LSP_COMMAND
+import pytest
+from lsp_helpers import lsp_client_fixture
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 RAW = {"stopRules": False, "maxTokens": 12, "lineMaxTokens": 12, "warmAhead": False}
 HEAD = "def area(width, height):\n    "
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=LSP_COMMAND))
-async def client(lsp_client: LanguageClient, daemon):
-    lsp_client.partials = []
-
-    @lsp_client.feature("codespec/partialCompletion")
-    def on_partial(params):
-        lsp_client.partials.append(params)
-
-    await lsp_client.initialize_session(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            initialization_options=RAW,
-            process_id=None,
-        )
-    )
-    yield
-    await lsp_client.shutdown_session()
+client = lsp_client_fixture(RAW)
+pytestmark = pytest.mark.usefixtures("daemon")  # (see lsp_client_fixture)
 
 
 def open_doc(c: LanguageClient, uri: str, text: str) -> None:

@@ -4,26 +4,20 @@
 
 local M = {}
 
+--- Whether the completion plugin loaded as ``name`` says (by its function ``method``) that its
+--- menu is open; false when it is not loaded.
+local function plugin_menu_open(name, method)
+  local plugin = package.loaded[name]
+  if not plugin or type(plugin[method]) ~= "function" then
+    return false
+  end
+  local ok, open = pcall(plugin[method])
+  return ok and open == true
+end
+
 --- Whether a completion menu is open now.
 function M.visible()
-  if vim.fn.pumvisible() == 1 then
-    return true
-  end
-  local cmp = package.loaded["cmp"]
-  if cmp and type(cmp.visible) == "function" then
-    local ok, open = pcall(cmp.visible)
-    if ok and open then
-      return true
-    end
-  end
-  local blink = package.loaded["blink.cmp"]
-  if blink and type(blink.is_visible) == "function" then
-    local ok, open = pcall(blink.is_visible)
-    if ok and open then
-      return true
-    end
-  end
-  return false
+  return vim.fn.pumvisible() == 1 or plugin_menu_open("cmp", "visible") or plugin_menu_open("blink.cmp", "is_visible")
 end
 
 --- Call ``changed(open)`` when a menu opens or closes: the built-in menu's events, blink.cmp's
