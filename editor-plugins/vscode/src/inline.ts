@@ -379,7 +379,7 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
   }
 
   /** Keep the `codespec.suggestionShown` context key (our keys' `when`) true only while a
-   * suggestion of ours fits at the cursor. */
+   * suggestion of ours, or text streamed for one, fits at the cursor. */
   async updateContext(): Promise<void> {
     const fits = this.onScreen() !== undefined || this.streamedAtCursor() !== undefined;
     if (fits !== this.contextShown) {
