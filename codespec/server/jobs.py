@@ -78,8 +78,9 @@ async def inline_completion(
     where = types.Range(start, position)  # (empty without a menu item: codespec inserts)
     if (through := typed_through(state.shown.get(doc.uri), place.cursor)) is not None:
         rest, suggestion_id = through
-        if selected is None:  # no model run; while the user types on, compute ahead the
-            # keystrokes that leave it
+        # no model run; while the user types on, compute ahead the keystrokes that leave it
+        # (not with a menu item in place: ``rest`` follows the item, not the document)
+        if selected is None:
             schedule_warm(ls, offset, doc, delay_ms=0, shown_next=rest[0])
         return types.InlineCompletionList(items=[inline_item(lead + rest, where, suggestion_id)])
     job = Job.at(place, on_text=streamer(ls, doc, lead))

@@ -40,6 +40,9 @@ function M.find_server(options)
 end
 
 M.command = nil -- the command the running client was started with
+-- what to do when `find_server` finds none (the plugin's message and :checkhealth say it)
+M.NOT_FOUND = "`codespec` not found on PATH, in this plugin's checkout (.venv) or ~/.local/bin:"
+  .. " run the README's set-up (scripts/setup.sh), or set `cmd` in setup()"
 
 --- The running client, or nil.
 function M.get()

@@ -16,7 +16,7 @@ function M.check()
   if cmd then
     ok("server: " .. table.concat(cmd, " "))
   else
-    err("`codespec` not found on PATH, in this plugin's checkout (.venv) or ~/.local/bin: run the README's set-up, or pass `cmd` to setup()")
+    err(client.NOT_FOUND)
   end
   local text = status.text()
   if status.state.status == "error" then

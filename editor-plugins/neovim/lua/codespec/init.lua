@@ -12,8 +12,8 @@
 --
 -- The rooms (as copilot.lua splits its plugin): `config` (options), `client` (the LSP client),
 -- `suggestion` (asking, drawing through `ghost`, accepting), `menu` (completion menus),
--- `status` (status line, stats); this file wires them to Neovim's events, keys and commands. Works on Neovim 0.7.2 (Debian 12)
--- and newer: APIs that differ are wrapped in `compat`.
+-- `status` (status line, stats); this file wires them to Neovim's events, keys and commands.
+-- Works on Neovim 0.7.2 (Debian 12) and newer: APIs that differ are wrapped in `compat`.
 
 local client = require("codespec.client")
 local config = require("codespec.config")
@@ -84,11 +84,7 @@ local function start(bufnr)
   end
   if not client.start(bufnr, events) and status.state.status ~= "error" then
     status.set("error", "server not found")
-    status.notify(
-      "`codespec` not found on PATH, in this plugin's checkout (.venv) or ~/.local/bin: run the"
-        .. " README's set-up (scripts/setup.sh), or set `cmd` in setup()",
-      vim.log.levels.WARN
-    )
+    status.notify(client.NOT_FOUND, vim.log.levels.WARN)
   end
 end
 
