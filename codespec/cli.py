@@ -118,6 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DAYS",
         help="delete stats rows older than this (default 90)",
     )
+    s.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="decode on this OpenAI-compatible server (repeat for failover; see docs/remote.md)",
+    )
+    s.add_argument("--engine-model", default=None, help="the server's model name")
+    s.add_argument(
+        "--engine-token-file", default=None, metavar="FILE", help="API token (a 0600 file)"
+    )
     s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--test-stats-max-pages", type=int, default=None, help=argparse.SUPPRESS)
@@ -336,14 +347,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.stats_retention_days,
             max_pages=args.test_stats_max_pages,  # testing aid: a disk that fills up
         )
+    remote = remote_engine(args)
+    if remote is not None:
+        from .remote.config import plain_http_warnings
+        from .runtime import load_remote_pair
+
+        for warning in plain_http_warnings(remote):
+            _note(warning)
+
+        def load():
+            return load_remote_pair(remote, args.pair, progress=_note)
+    else:
+
+        def load():
+            return load_pair(
+                args.pair,
+                device=args.device,
+                draft_mode=args.draft,
+                progress=_note,
+                quantize=args.quantize,
+            )
+
     daemon = Daemon(
-        lambda: load_pair(
-            args.pair,
-            device=args.device,
-            draft_mode=args.draft,
-            progress=_note,
-            quantize=args.quantize,
-        ),
+        load,
         settings,
         pass_delay_s=args.test_pass_delay,
         load_delay_s=args.test_load_delay,
@@ -366,6 +392,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = f"{args.host}:{args.tcp}" if args.tcp is not None else str(socket_path)
         raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     return 0
+
+
+def remote_engine(args: argparse.Namespace):
+    """The remote engine ``serve`` decodes on, if any: ``--engine`` flags first, then the
+    settings file's ``[engine]`` table, then the pair manifest's; None to decode here."""
+    from .models import load_manifest
+    from .remote.config import EngineConfigError, from_table
+    from .server.config import engine_table
+
+    try:
+        if args.engine:
+            table: dict = {"kind": "remote", "urls": args.engine}
+            if args.engine_model:
+                table["model"] = args.engine_model
+            if args.engine_token_file:
+                table["token_file"] = args.engine_token_file
+            return from_table(table, "--engine")
+        if args.engine_model or args.engine_token_file:
+            raise UsageError("--engine-model and --engine-token-file need --engine URL")
+        table, where = engine_table(Path(args.config) if args.config else None)
+        if table is not None:
+            return from_table(table, where)
+        manifest = load_manifest(args.pair)
+        if manifest.engine:
+            return from_table(manifest.engine, f"{manifest.path} [engine]")
+    except EngineConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return None
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

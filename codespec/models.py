@@ -90,6 +90,7 @@ class PairManifest:
     quantize: dict[str, str] = field(default_factory=dict)  # device kind -> auto|off|int4|int8
     install_hint: str = ""
     path: Path | None = None
+    engine: dict[str, Any] = field(default_factory=dict)  # [engine]: remote/config.py reads it
 
 
 def manifest_dirs() -> list[Path]:
@@ -159,6 +160,7 @@ def load_manifest(name_or_path: str = DEFAULT_PAIR) -> PairManifest:
         quantize=_quantize_table(data.get("quantize", {}), path),
         install_hint=data.get("install_hint", ""),
         path=path,
+        engine=dict(data["engine"]) if isinstance(data.get("engine"), dict) else {},
     )
 
 

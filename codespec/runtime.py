@@ -48,6 +48,8 @@ class LoadedPair:
 
     @property
     def model_label(self) -> str:
+        if self.device == "remote":
+            return self.engine.label  # type: ignore[attr-defined]  (hosts and model name)
         return self.manifest.target.label
 
 
@@ -125,6 +127,32 @@ def load_pair(
         stop_ids=stop_ids,
         quantization="; ".join(notes) or "off",
         context_tokens=context_tokens,
+    )
+
+
+def load_remote_pair(
+    config: Any, pair: str | PairManifest = "qwen2.5-coder-1.5b", progress: Progress = print
+) -> LoadedPair:
+    """A pair whose decoding runs on a remote engine (``remote/``): only the tokenizer and the
+    FIM tokens are local, from the pair's target (its model family's tokenizer)."""
+    from .remote.engine import RemoteEngine
+
+    manifest = load_manifest(pair) if isinstance(pair, str) else pair
+    mode = quantize_mode(manifest, "cpu")
+    folder = prepared_folder(manifest, manifest.target, mode, progress)
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(folder)
+    stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
+    engine = RemoteEngine(config, tokenizer)
+    return LoadedPair(
+        manifest=manifest,
+        engine=engine,  # type: ignore[arg-type]  (the generator seam: generator.py)
+        tokenizer=tokenizer,
+        device="remote",
+        dtype="",
+        load_s=time.perf_counter() - t0,
+        stop_ids=stop_ids,
+        quantization=engine.label,
     )
 
 

@@ -148,3 +148,78 @@ class CancelAfter(StopSignal):
         if self.asked > self.checks:
             self.cancel(keep_chunk=True)
         return super().cancelled
+
+
+def write_tiny_gguf(path: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+    """A tiny random Qwen2 as a GGUF file (the ``gguf`` package writes it), with the real
+    Qwen2.5-Coder tokenizer copied from the embedded GGUF: a real llama.cpp server loads it in
+    a second, its tokens are the real vocabulary's and a pass costs a millisecond. Special
+    tokens' output weights are zero, so it rarely ends early (completions run to their limit)."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    from codespec.models import gguf_file, load_manifest
+
+    default = load_manifest()
+    reader = GGUFReader(gguf_file(default.target, default.install_hint))
+
+    def field(name: str):
+        item = reader.fields[name]
+        if item.types[0] == GGUFValueType.ARRAY:
+            if item.types[1] == GGUFValueType.STRING:
+                return [bytes(item.parts[i]).decode("utf-8") for i in item.data]
+            return [int(item.parts[i][0]) for i in item.data]
+        value = item.parts[item.data[0]]
+        return bytes(value).decode("utf-8") if item.types[0] == GGUFValueType.STRING else value[0]
+
+    tokens = field("tokenizer.ggml.tokens")
+    vocab, heads, kv_heads, ff = len(tokens), 4, 2, 2 * hidden
+    writer = GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(1_000_000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model(field("tokenizer.ggml.model"))
+    writer.add_tokenizer_pre(field("tokenizer.ggml.pre"))
+    writer.add_token_list(tokens)
+    writer.add_token_types(field("tokenizer.ggml.token_type"))
+    writer.add_token_merges(field("tokenizer.ggml.merges"))
+    writer.add_eos_token_id(int(field("tokenizer.ggml.eos_token_id")))
+    writer.add_bos_token_id(int(field("tokenizer.ggml.bos_token_id")))
+    writer.add_pad_token_id(int(field("tokenizer.ggml.padding_token_id")))
+    writer.add_add_bos_token(False)
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    kv_dim = hidden // heads * kv_heads
+    embedding = weights(vocab, hidden, scale=1.0).astype(np.float16)
+    output = weights(vocab, hidden, scale=0.5)
+    output[151643:] = 0.0
+    writer.add_tensor("token_embd.weight", embedding)
+    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    writer.add_tensor("output.weight", output.astype(np.float16))
+    for i in range(layers):
+        block = f"blk.{i}"
+        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden, np.float32))
+        writer.add_tensor(f"{block}.attn_q.weight", weights(hidden, hidden))
+        writer.add_tensor(f"{block}.attn_q.bias", weights(hidden))
+        writer.add_tensor(f"{block}.attn_k.weight", weights(kv_dim, hidden))
+        writer.add_tensor(f"{block}.attn_k.bias", weights(kv_dim))
+        writer.add_tensor(f"{block}.attn_v.weight", weights(kv_dim, hidden))
+        writer.add_tensor(f"{block}.attn_v.bias", weights(kv_dim))
+        writer.add_tensor(f"{block}.attn_output.weight", weights(hidden, hidden))
+        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden, np.float32))
+        writer.add_tensor(f"{block}.ffn_gate.weight", weights(ff, hidden))
+        writer.add_tensor(f"{block}.ffn_up.weight", weights(ff, hidden))
+        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

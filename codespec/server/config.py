@@ -158,6 +158,18 @@ def config_path() -> Path:
     return Path(platformdirs.user_config_dir("codespec")) / "config.toml"
 
 
+def engine_table(path: Path | None = None) -> tuple[dict | None, str]:
+    """The settings file's ``[engine]`` table (None when it has none) and where it is, for
+    ``remote/config.py`` to check. A file that cannot be read was reported by ``load_file``."""
+    path = path or config_path()
+    try:
+        data = parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
+    except (FileError, tomllib.TOMLDecodeError):
+        return None, str(path)
+    table = data.get("engine")
+    return (table if table is not None else None), f"{path} [engine]"
+
+
 def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
     """Settings from the TOML file (the default one missing: defaults). Any file that cannot
     be read as TOML (a directory, not UTF-8, too large, bad syntax) gives one warning and the
@@ -174,5 +186,6 @@ def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
         return Settings(), [f"{path}: {exc}; using defaults"]
     if not isinstance(data.get("completion", data), dict):
         return Settings(), [f"{path}: [completion] must be a table; using defaults"]
-    settings, problems = merge(Settings(), data.get("completion", data))
+    table = data.get("completion", {k: v for k, v in data.items() if k != "engine"})
+    settings, problems = merge(Settings(), table)
     return settings, [f"{path}: {p}" for p in problems]

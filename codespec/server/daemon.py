@@ -28,6 +28,7 @@ from .config import Settings
 from .counters import worker_stats
 from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
 from .framing import FramingError, frame, read_frame
+from .handlers import STATUS
 from .session import CodespecServer, create_session, serve_connection
 from .worker import ModelUnavailable, Worker
 
@@ -72,12 +73,23 @@ class Daemon:
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
         # connections still to authenticate (TCP), oldest first: their writers
         self.unauthenticated: dict[asyncio.StreamWriter, None] = {}
+        # the engine's state as the editors' status shows it (a remote engine's reachability)
+        self.engine_status: dict = {"state": "ready", "message": ""}
 
     def load_in_background(self) -> None:
+        loop = asyncio.get_event_loop()
+
         def load() -> None:
             try:
                 time.sleep(self._load_delay_s)
                 pair = self._load()
+                health = getattr(pair.engine, "health", None)
+                if health is not None:  # a remote engine: its reachability goes to the editors
+                    health.listeners.append(
+                        lambda state, message: loop.call_soon_threadsafe(
+                            self.tell_status, state, message
+                        )
+                    )
                 freeze_resident_objects()  # no full collection walks the model again
                 self.slot.pair = pair
                 log.info(
@@ -93,6 +105,15 @@ class Daemon:
                 self.slot.ready.set()
 
         threading.Thread(target=load, name="codespec-load", daemon=True).start()
+
+    def tell_status(self, state: str, message: str) -> None:
+        """Every session hears ``codespec/status`` when the engine's state changes."""
+        self.engine_status.update(state=state, message=message)
+        for ls in list(self.sessions.values()):
+            try:
+                ls.protocol.notify(STATUS, dict(self.engine_status))
+            except Exception as exc:  # a closing session
+                log.debug("status not sent: %s", exc)
 
     async def handle(self, reader, writer, token: str | None = None) -> None:
         """One connection: authenticate (TCP), then run an LSP session on it."""
@@ -114,7 +135,9 @@ class Daemon:
                     writer.write(frame({"jsonrpc": "2.0", "method": AUTH_REFUSED, "params": {}}))
                 writer.close()
                 return
-        ls = create_session(self.worker, self.settings, self.slot.ready, self.store)
+        ls = create_session(
+            self.worker, self.settings, self.slot.ready, self.store, self.engine_status
+        )
         session_id = ls.session.id
         self.sessions[session_id] = ls
         try:

@@ -29,6 +29,7 @@ CUSTOM_INLINE = "codespec/inlineCompletion"
 STATS = "codespec/stats"
 DOCUMENT = "codespec/document"
 CURSOR = "codespec/cursor"
+STATUS = "codespec/status"  # server -> client: the engine's state (lsp/PROTOCOL.md)
 
 
 def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
@@ -44,6 +45,8 @@ def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
 async def on_initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
     window = ls.client_capabilities.window
     supported = window is not None and bool(window.work_done_progress)
+    if ls.engine_status.get("state", "ready") != "ready":  # a remote engine already down
+        ls.protocol.notify(STATUS, dict(ls.engine_status))
     if supported and ls.model_ready is not None and not ls.model_ready.is_set():
         await report_loading(ls)
 

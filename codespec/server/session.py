@@ -56,12 +56,15 @@ class CodespecServer(LanguageServer):
         worker: Worker,
         store: Store | None = None,
         model_ready: threading.Event | None = None,
+        engine_status: dict | None = None,
     ) -> None:
         super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
         self.session = state
         self.worker = worker
         self.store = store
         self.model_ready = model_ready  # set once the daemon's model is loaded (None: it is)
+        # the daemon's engine state, shared by every session: {"state", "message"}
+        self.engine_status = engine_status if engine_status is not None else {"state": "ready"}
         self.protocol.session = state
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -174,12 +177,13 @@ def create_session(
     defaults: Settings,
     model_ready: threading.Event | None = None,
     store: Store | None = None,
+    engine_status: dict | None = None,
 ) -> CodespecServer:
     """A fresh server for one connection, with codespec's handlers (``handlers.py``)."""
     state = SessionState(settings=defaults)
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
-    ls = CodespecServer(state, worker, store, model_ready)
+    ls = CodespecServer(state, worker, store, model_ready, engine_status)
     handlers.register(ls)
     return ls
 

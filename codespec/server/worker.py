@@ -309,8 +309,10 @@ class Worker:
             return "stale", None, None
         try:
             pair = self._pair()
-            forwards = pair.engine.target  # counts target forward passes, for cancel checks
-            job.signal.probe = lambda: forwards.forward_calls
+            # the local engine counts target forward passes, for cancel checks
+            forwards = getattr(pair.engine, "target", None)
+            if forwards is not None:
+                job.signal.probe = lambda: forwards.forward_calls
             result: CompletionResult = complete(
                 pair,
                 job.cursor,
@@ -333,7 +335,7 @@ class Worker:
         if job.signal.cancelled:
             self.stats.last_cancel = {
                 "passes_at_cancel": job.signal.passes_at_cancel,
-                "passes_final": forwards.forward_calls,
+                "passes_final": forwards.forward_calls if forwards is not None else 0,
             }
             return "cancelled", result, None
         return ("served" if result.text else "empty"), result, None
@@ -379,6 +381,8 @@ class Worker:
         if job.signal.cancelled or (current is not None and current > job.version):
             return
         pair = self._pair()
+        if not hasattr(pair.engine, "warm"):
+            return  # a remote engine: its server keeps its own prompt cache
         # the prompt a request here would use: typing at an anchored cursor extends its prompt
         anchored = job.anchors.get(job.uri) if job.anchors is not None else None
         prompt, anchor = prompt_at(

@@ -1,0 +1,282 @@
+"""The remote engine: a generator (``generator.py``) that decodes on a serving engine.
+
+The prompt is built here with the local tokenizer, as for the local engine, and sent as text
+(the servers parse its special tokens: vLLM, SGLang, llama.cpp's server and llama-cpp-python's
+all do for a plain prompt). The streamed text comes back as token ids of the local tokenizer,
+with special-token text split as plain text (model output is never a control token here), so
+codespec's stop rules judge it as they judge local output; when a rule fires, the HTTP stream
+is closed at once (the tokens received past the stop are counted in ``dropped_past_stop``).
+
+A request tries the URLs the health says are worth trying, in order, until one streams text;
+the first-token, stall and total timeouts are the worker thread's own (it waits on a queue),
+so no server can hold a request past them. A fault once text has streamed answers empty (the
+text so far may be a cut line).
+
+The HTTP client lives on one event loop thread: cancelling a stream's task closes its
+connection immediately, which a blocked synchronous read would not allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from ..engine import Generation, GenerationParams, GenerationStats, StopRule, StopSignal
+from ..engine.request import Output
+from .config import RemoteConfig
+from .health import Health
+from .metrics import ServerSpeculation, from_event
+from .sse import StreamFault
+from .stream import stream_completion
+
+POLL_S = 0.01  # how often a waiting request looks at its stop signal
+PROBE_EVERY_S = 2.0  # while a URL is down, how often it is asked whether it is back
+# A local bound on streamed tokens in case a server ignores max_tokens (the server's own limit
+# is the real one; re-encoded text can count a few more tokens than the server did).
+TOKEN_SLACK = 4
+
+
+class RemoteEngine:
+    """Decodes on a remote server; see the module docstring."""
+
+    prefill_rate: float | None = None  # windows keep their configured sizes: the server is fast
+
+    def __init__(self, config: RemoteConfig, tokenizer: Any) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.health = Health(config.urls)
+        self.headers = {"Accept": "text/event-stream"}
+        if config.token:
+            self.headers["Authorization"] = f"Bearer {config.token}"
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="codespec-remote", daemon=True
+        )
+        self.thread.start()
+        self.client: httpx.AsyncClient = self._on_loop(self._make_client())
+        self.prober = asyncio.run_coroutine_threadsafe(self._probe_forever(), self.loop)
+
+    @property
+    def label(self) -> str:
+        return self.config.describe()
+
+    # -- the generator seam -------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: GenerationParams | None = None,
+        stop: StopSignal | None = None,
+        stop_rule: StopRule | None = None,
+    ) -> Generation:
+        params = params or GenerationParams()
+        stats = GenerationStats()
+        stats.proposed["server"] = stats.accepted["server"] = 0
+        output = Output(set(), TOKEN_SLACK * params.max_tokens + 16, stop_rule, stats)
+        steps = self._steps(self._body(prompt, params), stop, output, stats)
+        return Generation(steps, stats, output.tokens)
+
+    def close(self) -> None:
+        self.prober.cancel()
+        try:
+            self._on_loop(self.client.aclose(), timeout=2)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    # -- one request ---------------------------------------------------------------------------
+
+    def _body(self, prompt: list[int], params: GenerationParams) -> dict:
+        body: dict = {
+            "prompt": self.tokenizer.decode(prompt),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.config.model:
+            body["model"] = self.config.model
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if not params.speculate and self.config.send_speculation:
+            body["speculative.n_max"] = 0  # llama.cpp's server: plain decoding, as asked
+        return body
+
+    def _steps(
+        self, body: dict, stop: StopSignal | None, output: Output, stats: GenerationStats
+    ) -> Iterator[list[int]]:
+        t0 = time.perf_counter()
+        deadline = t0 + self.config.total_timeout_s
+        for url in self.health.candidates():
+            if time.perf_counter() >= deadline:
+                break
+            events: queue.Queue = queue.Queue()
+            task = asyncio.run_coroutine_threadsafe(
+                stream_completion(
+                    self.client, url, body, self.headers, self.config.max_response_bytes, events
+                ),
+                self.loop,
+            )
+            try:
+                retry = yield from self._read(url, events, stop, output, stats, t0, deadline)
+            finally:
+                task.cancel()  # closes the HTTP stream (a stop rule, a cancel, a timeout)
+            if not retry:
+                break
+        else:
+            stats.stop_reason = stats.stop_reason or "unreachable"
+        stats.total_s = time.perf_counter() - t0
+
+    def _read(
+        self,
+        url: str,
+        events: queue.Queue,
+        stop: StopSignal | None,
+        output: Output,
+        stats: GenerationStats,
+        t0: float,
+        deadline: float,
+    ) -> Iterator[list[int]]:
+        """Read one server's stream into ``output``; return True to try the next URL."""
+        last = time.perf_counter()
+        texted = False
+        while True:
+            if stop is not None and stop.cancelled:
+                stats.stop_reason = "cancelled"
+                if texted:
+                    self.health.succeeded(url)  # it was serving: the request ended it
+                return False
+            now = time.perf_counter()
+            patience = self.config.stall_timeout_s if texted else self.config.first_token_timeout_s
+            if now >= deadline and texted:
+                stats.stop_reason = "max_time"  # what streamed so far is the answer
+                self.health.succeeded(url)
+                return False
+            if now >= min(deadline, last + patience):
+                what = "stalled" if texted else "sent no text in time"
+                return self._fault(url, StreamFault(f"the stream {what}"), output, stats, texted)
+            try:
+                event = events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
+            except queue.Empty:
+                continue
+            last = time.perf_counter()
+            kind = event[0]
+            if kind == "fault":
+                return self._fault(url, event[1], output, stats, texted)
+            if kind == "end":
+                if not stats.stop_reason:  # ended without a finish reason: interrupted
+                    early = StreamFault("the server ended the stream early", retry=False)
+                    return self._fault(url, early, output, stats, texted)
+                self.health.succeeded(url)
+                return False
+            if kind == "meta":
+                self._meta(event[1], stats)
+                continue
+            _, text, finish = event
+            if not texted:
+                texted = True
+                stats.ttft_s = stats.prefill_s = last - t0
+            fresh = output.push(self._plain_ids(text)) if text else []
+            if fresh:
+                yield fresh
+            if output.done:  # a stop rule fired: the stream is closed by the caller
+                self.health.succeeded(url)
+                return False
+            if finish is not None:
+                stats.stop_reason = {"length": "max_tokens"}.get(finish, "eos")
+
+    def _fault(
+        self, url: str, fault: StreamFault, output: Output, stats: GenerationStats, texted: bool
+    ) -> bool:
+        """Note a fault; True when the request may go on to the next URL."""
+        reason = self._scrub(fault.reason)
+        if fault.retry:
+            self.health.failed(url, reason, fault.retry_after_s)
+        else:
+            self.health.refused(url, reason)
+        if texted:  # a cut stream: its last line may be cut too, so nothing is shown
+            del output.tokens[:]
+            stats.tokens = 0
+            stats.stop_reason = "remote_error"
+            return False
+        if fault.retry:
+            return True  # (when no URL is left, the request ends "unreachable")
+        stats.stop_reason = "remote_error"
+        return False
+
+    def _scrub(self, text: str) -> str:
+        """A server's words without the token (a careless server may echo it back)."""
+        token = self.config.token
+        return text.replace(token, "<token>") if token else text
+
+    def _meta(self, event: dict, stats: GenerationStats) -> None:
+        usage = event.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            cached = cached if isinstance(cached, int) else 0
+            stats.cached_tokens = cached
+            stats.prefill_tokens = max(0, usage["prompt_tokens"] - cached)
+        timings = event.get("timings")
+        if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
+            stats.cached_tokens = timings["cache_n"]
+        spec: ServerSpeculation | None = from_event(event)
+        if spec is not None:
+            stats.proposed["server"] = spec.drafted
+            stats.accepted["server"] = spec.accepted
+            stats.target_passes = spec.steps or stats.target_passes
+
+    def _plain_ids(self, text: str) -> list[int]:
+        """Token ids of model output, special-token text kept as text."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)[
+            "input_ids"
+        ]
+
+    # -- the loop thread ------------------------------------------------------------------------
+
+    def _on_loop(self, coroutine, timeout: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    async def _make_client(self) -> httpx.AsyncClient:
+        config = self.config
+        verify: bool | str = config.verify
+        if config.verify and config.ca_bundle:
+            import ssl
+
+            verify = ssl.create_default_context(cafile=config.ca_bundle)  # type: ignore[assignment]
+        timeout = httpx.Timeout(
+            connect=config.connect_timeout_s,
+            # a backstop only: the worker thread's own timeouts come first (``_read``)
+            read=max(config.first_token_timeout_s, config.stall_timeout_s) + 5.0,
+            write=config.connect_timeout_s,
+            pool=config.connect_timeout_s,
+        )
+        return httpx.AsyncClient(
+            verify=verify,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            trust_env=False,  # no proxy from the environment: the config says where code goes
+        )
+
+    async def _probe_forever(self) -> None:
+        """While a URL is down, ask it now and then whether it is back (``GET /v1/models``), so
+        the editors' status recovers without a request having to fail first."""
+        while True:
+            await asyncio.sleep(PROBE_EVERY_S)
+            for url in self.health.down_urls():
+                try:
+                    reply = await self.client.get(
+                        f"{url}/v1/models",
+                        headers=self.headers,
+                        timeout=self.config.connect_timeout_s,
+                    )
+                except httpx.HTTPError:
+                    continue
+                if reply.status_code == 200:
+                    self.health.succeeded(url)

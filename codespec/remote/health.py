@@ -1,0 +1,129 @@
+"""Which of the remote engine's URLs to try, and what the editors are told about them.
+
+Each base URL is up or down. A failure takes it down for a backoff (doubling from
+``FIRST_BACKOFF_S`` to ``MAX_BACKOFF_S``, or the server's ``Retry-After``); while it is down,
+requests go to the next URL, and when every URL is down a request is answered empty at once
+(an editor never waits on a server known to be gone). A probe (``Remote.probe``) or a request
+after the backoff tries it again; a success brings it back.
+
+Logging is per incident, not per request: one line when a URL goes down, one when it comes
+back. Listeners hear when the engine as a whole becomes unreachable or reachable again (the
+daemon tells the editors' status).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+# A URL that goes down again this soon after its last logged incident is flapping (up for a
+# probe, down for the next request): its incidents are logged at debug level meanwhile.
+QUIET_S = 300.0
+log = logging.getLogger("codespec.remote")
+
+READY = "ready"
+UNREACHABLE = "remote unreachable"
+
+
+@dataclass
+class UrlState:
+    url: str
+    failures: int = 0
+    down_until: float = 0.0
+    reason: str = ""
+    warned_at: float | None = None  # when its last incident was logged
+    warned: bool = False  # this incident was logged (so its end is too)
+
+    @property
+    def down(self) -> bool:
+        return self.failures > 0
+
+
+class Health:
+    """Up/down state of each URL; thread-safe (the worker and the remote loop both use it)."""
+
+    def __init__(self, urls: tuple[str, ...], clock: Callable[[], float] = time.monotonic):
+        self.states = [UrlState(url) for url in urls]
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.listeners: list[Callable[[str, str], None]] = []
+        self.state = READY
+        self.refusals: set[tuple[str, str]] = set()
+
+    def candidates(self) -> list[str]:
+        """URLs to try now, in order: those up, then those whose backoff has passed."""
+        now = self.clock()
+        with self.lock:
+            up = [s.url for s in self.states if not s.down]
+            due = [s.url for s in self.states if s.down and s.down_until <= now]
+        return up + due
+
+    def down_urls(self) -> list[str]:
+        with self.lock:
+            return [s.url for s in self.states if s.down]
+
+    def succeeded(self, url: str) -> None:
+        with self.lock:
+            state = self._state(url)
+            was_warned = state.down and state.warned
+            state.failures, state.down_until, state.reason = 0, 0.0, ""
+            state.warned = False
+        if was_warned:
+            log.info("remote %s is reachable again", url)
+        self._tell()
+
+    def failed(self, url: str, reason: str, retry_after_s: float | None = None) -> None:
+        with self.lock:
+            state, now = self._state(url), self.clock()
+            first = not state.down
+            state.failures += 1
+            backoff = min(FIRST_BACKOFF_S * 2 ** (state.failures - 1), MAX_BACKOFF_S)
+            if retry_after_s is not None:
+                backoff = min(max(retry_after_s, 0.0), MAX_BACKOFF_S)
+            state.down_until = now + backoff
+            state.reason = reason
+            flapping = state.warned_at is not None and now - state.warned_at < QUIET_S
+            warn = first and not flapping  # one line per incident; retries are not news
+            if warn:
+                state.warned_at, state.warned = now, True
+        if warn:
+            log.warning("remote %s unreachable: %s (retrying with backoff)", url, reason)
+        elif first:
+            log.debug("remote %s unreachable again: %s", url, reason)
+        self._tell()
+
+    def refused(self, url: str, reason: str) -> None:
+        """The server is up but refused this request (a 4xx, a reply we cannot read): it stays
+        up; each distinct refusal is logged once."""
+        with self.lock:
+            first = (url, reason) not in self.refusals
+            if len(self.refusals) >= 256:  # distinct server messages: a bound, not a history
+                self.refusals.clear()
+            self.refusals.add((url, reason))
+        if first:
+            log.warning("remote %s refused a request: %s", url, reason)
+
+    def message(self) -> str:
+        """What the status shows: the engine's state and, when down, why."""
+        with self.lock:
+            reasons = [f"{s.url}: {s.reason}" for s in self.states if s.down]
+        return "; ".join(reasons) if reasons else "remote engine reachable"
+
+    def _state(self, url: str) -> UrlState:
+        return next(s for s in self.states if s.url == url)
+
+    def _tell(self) -> None:
+        with self.lock:
+            state = UNREACHABLE if all(s.down for s in self.states) else READY
+            changed, self.state = state != self.state, state
+        if changed:
+            for listener in list(self.listeners):
+                try:
+                    listener(state, self.message())
+                except Exception as exc:  # a listener's problem is never the request's
+                    log.debug("status listener failed: %s", exc)

@@ -1,0 +1,153 @@
+"""A loopback HTTP proxy that forwards to a real server or injects a fault instead.
+
+One request per connection (the request to the server is rewritten to ``Connection: close``).
+``mode`` is read when a connection arrives:
+
+* ``pass``: forward; ``cut``: forward, then hang up after ``cut_after`` bytes of the reply;
+  ``trickle``: forward one byte every ``trickle_s``; ``stall_mid``: forward ``cut_after`` bytes,
+  then send nothing more;
+* ``drop``: close the connection at once; ``stall``: read the request, never answer;
+* ``503``, ``429`` (``Retry-After: 1``), ``401`` (its body echoes the request's headers, as a
+  careless server might), ``garbage`` (an event stream of non-JSON), ``huge`` (an endless line).
+
+``closed_early`` counts forwarded replies the client hung up on before the server finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.mode = "pass"
+        self.cut_after = 600
+        self.trickle_s = 0.02
+        self.connections = 0
+        self.closed_early = 0
+        self.loop = asyncio.new_event_loop()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        async def cancel_connections() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_connections(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.set_exception_handler(lambda loop, context: None)  # (connections cut at close)
+        server = self.loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        )
+        ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        mode = self.mode
+        try:
+            if mode == "drop":
+                return
+            head, body = await _read_request(reader)
+            if mode == "stall":
+                await asyncio.sleep(3600)
+            elif mode in ("503", "429", "401"):
+                writer.write(_error_reply(mode, head))
+                await writer.drain()
+            elif mode == "garbage":
+                writer.write(_stream_head() + b"data: {this is not json\n\n")
+                await writer.drain()
+                await asyncio.sleep(3600)
+            elif mode == "huge":
+                writer.write(_stream_head() + b"data: ")
+                while True:
+                    writer.write(b"x" * 65536)
+                    await writer.drain()
+            else:
+                await self._forward(head, body, reader, writer, mode)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _forward(self, head: bytes, body: bytes, reader, writer, mode: str) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        lines = [
+            line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")
+        ]
+        up_writer.write(b"\r\n".join(lines) + b"\r\nConnection: close\r\n\r\n" + body)
+        await up_writer.drain()
+        sent = 0
+        hung_up = asyncio.ensure_future(reader.read(1))  # b"": the client closed its side
+        try:
+            while True:
+                chunk = await up_reader.read(1 if mode == "trickle" else 4096)
+                if not chunk:
+                    return
+                if hung_up.done():
+                    self.closed_early += 1
+                    return
+                if mode in ("cut", "stall_mid") and sent + len(chunk) > self.cut_after:
+                    writer.write(chunk[: self.cut_after - sent])
+                    await writer.drain()
+                    if mode == "stall_mid":
+                        await asyncio.sleep(3600)
+                    return
+                writer.write(chunk)
+                sent += len(chunk)
+                await writer.drain()
+                if mode == "trickle":
+                    await asyncio.sleep(self.trickle_s)
+        except ConnectionError:
+            self.closed_early += 1
+        finally:
+            hung_up.cancel()
+            up_writer.close()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = (await reader.readuntil(b"\r\n\r\n"))[:-4]
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, await reader.readexactly(length)
+
+
+def _stream_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+
+
+def _error_reply(mode: str, head: bytes) -> bytes:
+    status = {"503": b"503 Service Unavailable", "429": b"429 Too Many Requests"}.get(
+        mode, b"401 Unauthorized"
+    )
+    auth = [line for line in head.split(b"\r\n") if line.lower().startswith(b"authorization")]
+    body = b"busy" if mode != "401" else b"bad credentials in: " + b"".join(auth)
+    extra = b"Retry-After: 1\r\n" if mode == "429" else b""
+    return (
+        b"HTTP/1.1 " + status + b"\r\n" + extra + b"content-length: "
+        + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+    )

@@ -1,0 +1,222 @@
+"""The remote engine against a real llama-cpp-python server, directly and through a fault
+proxy: streaming, stop rules and cancel closing the stream, every fault answered within its
+deadline with one log line per incident, failover, recovery, the token kept out of logs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import httpx
+import pytest
+from conftest import needs_server
+
+from codespec.engine import GenerationParams, StopSignal
+from codespec.models import load_manifest
+from codespec.remote.config import from_table
+from codespec.remote.engine import RemoteEngine
+from codespec.remote.health import READY, UNREACHABLE
+
+pytestmark = needs_server
+PROMPT_TEXT = "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n<|fim_middle|>"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_manifest):
+    from transformers import AutoTokenizer
+
+    manifest = load_manifest(str(tiny_manifest))
+    return AutoTokenizer.from_pretrained(manifest.target.path)
+
+
+@pytest.fixture
+def make_engine(tokenizer):
+    engines: list[RemoteEngine] = []
+
+    def make(*urls: str, **table) -> RemoteEngine:
+        table = {
+            "urls": list(urls),
+            "first_token_timeout_s": 2.0,
+            "stall_timeout_s": 1.0,
+            "total_timeout_s": 6.0,
+            **table,
+        }
+        engine = RemoteEngine(from_table(table), tokenizer)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def run(engine: RemoteEngine, tokenizer, max_tokens=12, **kw):
+    """Generate for the test prompt; (generation, seconds)."""
+    t0 = time.perf_counter()
+    generation = engine.generate(tokenizer.encode(PROMPT_TEXT), GenerationParams(max_tokens), **kw)
+    pieces = list(generation)
+    generation.pieces = pieces
+    return generation, time.perf_counter() - t0
+
+
+def test_streams_the_servers_own_greedy_text(make_engine, tokenizer, llama_server):
+    """What streams is what the server generates for the same prompt without streaming, in
+    more than one piece, ended by its token limit."""
+    engine = make_engine(llama_server)
+    generation, _ = run(engine, tokenizer, max_tokens=12)
+    reply = httpx.post(
+        f"{llama_server}/v1/completions",
+        json={"prompt": PROMPT_TEXT, "max_tokens": 12, "temperature": 0.0},
+        timeout=30,
+    ).json()
+    assert tokenizer.decode(generation.tokens) == reply["choices"][0]["text"]
+    assert len(generation.pieces) > 1
+    assert generation.stats.stop_reason == "max_tokens"
+    assert generation.stats.ttft_s > 0
+
+
+def test_special_token_text_in_output_stays_text(make_engine, tokenizer):
+    engine = make_engine("http://127.0.0.1:9")
+    ids = engine._plain_ids("a<|endoftext|>b")
+    assert tokenizer.convert_tokens_to_ids("<|endoftext|>") not in ids
+    assert tokenizer.decode(ids) == "a<|endoftext|>b"
+
+
+def test_a_stop_rule_closes_the_stream(make_engine, tokenizer, proxy):
+    """A rule that stops at 3 tokens ends a 80-token request at once, and the proxy sees the
+    client hang up while the server was still generating."""
+    engine = make_engine(proxy.url)
+    full, full_seconds = run(engine, tokenizer, max_tokens=80)
+    generation, seconds = run(
+        engine, tokenizer, max_tokens=80, stop_rule=lambda t: 3 if len(t) >= 3 else None
+    )
+    assert generation.stats.stop_reason == "stop_rule"
+    assert generation.tokens == full.tokens[:3]
+    assert len(full.tokens) >= 70 and seconds < full_seconds / 2
+    deadline = time.monotonic() + 5
+    while proxy.closed_early < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proxy.closed_early >= 1
+
+
+def test_cancel_closes_the_stream_at_once(make_engine, tokenizer, proxy):
+    proxy.mode, proxy.trickle_s = "trickle", 0.01  # a slow stream: cancel lands mid-way
+    engine = make_engine(proxy.url, stall_timeout_s=5.0, total_timeout_s=30.0)
+    stop = StopSignal()
+    threading.Timer(0.5, stop.cancel).start()
+    generation, seconds = run(engine, tokenizer, max_tokens=200, stop=stop)
+    assert generation.stats.stop_reason == "cancelled"
+    assert seconds < 0.5 + 0.3
+    deadline = time.monotonic() + 5
+    while proxy.closed_early < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proxy.closed_early >= 1
+
+
+FAULTS = {
+    # mode: (what the log line says, the stop reason)
+    "drop": ("unreachable", "unreachable"),
+    "stall": ("sent no text in time", "unreachable"),
+    "503": ("HTTP 503", "unreachable"),
+    "429": ("HTTP 429", "unreachable"),
+    "cut": ("", "remote_error"),
+    "stall_mid": ("stalled", "remote_error"),
+    "garbage": ("not JSON", "remote_error"),
+    "huge": ("larger than", "remote_error"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(FAULTS))
+def test_each_fault_is_answered_in_time_with_one_log_line(
+    mode, make_engine, tokenizer, proxy, caplog
+):
+    """Two requests into the same fault: both end within the first-token deadline plus a
+    margin, with nothing shown, and the log has one line for the incident, not one per
+    request."""
+    proxy.mode = mode
+    engine = make_engine(proxy.url, max_response_bytes=256 << 10)
+    caplog.set_level(logging.INFO, logger="codespec.remote")
+    for _ in range(2):
+        generation, seconds = run(engine, tokenizer, max_tokens=200)
+        assert seconds < 2.0 + 1.0, f"{mode}: {seconds:.1f} s"
+        assert generation.tokens == []
+        assert generation.stats.stop_reason in ("unreachable", "remote_error")
+        time.sleep(0.6)  # past the first backoff: the second request tries the server again
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "codespec.remote" and r.levelno >= logging.WARNING
+    ]
+    assert len(lines) == 1, lines  # (a probe that finds it back may add "reachable again")
+    assert FAULTS[mode][0] in lines[0]
+
+
+def test_a_trickling_server_is_cut_at_the_total_deadline(make_engine, tokenizer, proxy):
+    """A server that never stalls long but never finishes: answered at the total deadline with
+    what streamed (whole tokens), not held by it."""
+    proxy.mode, proxy.trickle_s = "trickle", 0.002  # an event (~230 bytes) every ~0.5 s
+    engine = make_engine(proxy.url, total_timeout_s=2.0, stall_timeout_s=1.0)
+    generation, seconds = run(engine, tokenizer, max_tokens=60)
+    assert seconds < 2.0 + 0.3
+    assert generation.stats.stop_reason == "max_time"
+    assert generation.tokens
+
+
+def test_429_backs_off_for_retry_after(make_engine, tokenizer, proxy):
+    proxy.mode = "429"
+    engine = make_engine(proxy.url)
+    run(engine, tokenizer)
+    assert engine.health.candidates() == []  # Retry-After: 1 s, the server asked for it
+    before = proxy.connections
+    generation, seconds = run(engine, tokenizer)
+    assert proxy.connections == before and seconds < 0.1  # not even tried
+    assert generation.stats.stop_reason == "unreachable"
+    time.sleep(1.1)
+    proxy.mode = "pass"
+    generation, _ = run(engine, tokenizer)
+    assert generation.tokens
+
+
+def test_fails_over_to_the_next_url_and_remembers(make_engine, tokenizer, llama_server, caplog):
+    caplog.set_level(logging.INFO, logger="codespec.remote")
+    dead = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    engine = make_engine(dead, llama_server)
+    first, _ = run(engine, tokenizer)
+    assert first.tokens
+    second, seconds = run(engine, tokenizer)  # the dead one is in backoff: straight to the live
+    assert second.tokens == first.tokens
+    assert engine.health.down_urls() == [dead]
+    lines = [r.getMessage() for r in caplog.records if r.name == "codespec.remote"]
+    assert len(lines) == 1 and dead in lines[0]
+
+
+def test_status_goes_unreachable_and_recovers_without_a_request(make_engine, tokenizer, proxy):
+    engine = make_engine(proxy.url)
+    heard: list[str] = []
+    engine.health.listeners.append(lambda state, message: heard.append(state))
+    proxy.mode = "drop"
+    run(engine, tokenizer)
+    assert heard == [UNREACHABLE]
+    proxy.mode = "pass"
+    deadline = time.monotonic() + 10
+    while heard[-1] != READY and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert heard == [UNREACHABLE, READY]  # the probe found it back
+
+
+def test_the_token_is_sent_and_never_logged(make_engine, tokenizer, proxy, tmp_path, caplog):
+    """The server gets the token as a bearer; a server echoing it in an error reply does not
+    put it into the log."""
+    token_file = tmp_path / "token"
+    token_file.write_text("sk-secret-1234567890\n")
+    token_file.chmod(0o600)
+    proxy.mode = "401"
+    engine = make_engine(proxy.url, token_file=str(token_file))
+    caplog.set_level(logging.DEBUG)
+    generation, _ = run(engine, tokenizer)
+    assert generation.tokens == []
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "401" in text and "bad credentials" in text  # the reply was read and logged...
+    assert "sk-secret" not in text  # ...without the token it echoed
+    assert "sk-secret" not in repr(engine.config)
