@@ -623,3 +623,33 @@ def test_the_status_line_shows_acceptance_since_the_daemon_started(tmp_path):
     assert daemon.status_line().endswith("| accepted 1/3 shown (33%)")
     daemon.worker.stop()
     store.close()
+
+
+def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
+    """A store an older codespec wrote (schema 1) gains the remote-engine columns on open,
+    by the reader as by the daemon, and its rows count as local ones."""
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    for statement in store_module.MIGRATIONS[1]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    old = {
+        k: v
+        for k, v in row("old").items()
+        if k not in ("engine", "server_proposed", "server_accepted")
+    }
+    conn.execute(
+        f"INSERT INTO requests ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
+        list(old.values()),
+    )
+    conn.commit()
+    conn.close()
+    reader = open_readonly(path)
+    assert reader.execute("SELECT engine, server_proposed FROM requests").fetchall() == [
+        ("local", 0)
+    ]
+    from codespec.stats.report import query
+
+    report = query(reader, "all", None, "language")
+    assert report["total"]["requests"] == 1 and report["total"]["server"]["proposed"] == 0

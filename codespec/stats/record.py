@@ -50,7 +50,12 @@ REQUEST_COLUMNS: dict[str, str] = {
     "verdict": "TEXT",  # accepted | partial | rejected | NULL (not judged yet)
     "accepted_chars": "INTEGER NOT NULL DEFAULT 0",
     "verdict_source": "TEXT",  # explicit (an event from the client) | inferred (from edits)
+    # added in schema 2: where it decoded, and a remote server's own speculation (remote/)
+    "engine": "TEXT NOT NULL DEFAULT 'local'",  # local | remote
+    "server_proposed": "INTEGER NOT NULL DEFAULT 0",  # draft tokens the server verified
+    "server_accepted": "INTEGER NOT NULL DEFAULT 0",
 }
+ADDED_IN_2 = ("engine", "server_proposed", "server_accepted")
 VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
 MAX_LABEL = 64  # a languageId is a label, not a place to store text
 
@@ -59,6 +64,8 @@ def _default(kind: str) -> object:
     """A column's value before anything is known: its SQL default, else NULL."""
     if "DEFAULT ''" in kind:
         return ""
+    if "DEFAULT 'local'" in kind:
+        return "local"
     if "DEFAULT 0" in kind:
         return 0.0 if kind.startswith("REAL") else 0
     return None
@@ -118,6 +125,9 @@ def request_row(
             ngram_accepted=stats.accepted.get("ngram", 0),
             draft_proposed=stats.proposed.get("draft", 0),
             draft_accepted=stats.accepted.get("draft", 0),
+            engine="remote" if "server" in stats.proposed else "local",
+            server_proposed=stats.proposed.get("server", 0),
+            server_accepted=stats.accepted.get("server", 0),
             prefill_tokens=stats.prefill_tokens,
             cached_tokens=stats.cached_tokens,
             decode_s=max(stats.total_s - stats.prefill_s, 0.0),

@@ -142,6 +142,7 @@ def summarize(rows: list[dict]) -> dict:
         "tokens_per_s": ratio(tokens, decode_s),
         "ngram": _proposer(ran, "ngram"),
         "draft": _proposer(ran, "draft"),
+        "server": _proposer(ran, "server"),
         "output": {
             "mean_tokens": _mean(r["tokens"] for r in served),
             "mean_chars": _mean(r["chars"] for r in served),
@@ -179,6 +180,7 @@ COLUMNS = (
     ("tok/pass", lambda g: _num(g["tokens_per_pass"], 2)),
     ("n-gram", lambda g: _pct(g["ngram"]["rate"])),
     ("draft", lambda g: _pct(g["draft"]["rate"])),
+    ("server spec", lambda g: _pct(g["server"]["rate"])),  # a remote engine's own drafts
     ("tok/s", lambda g: _num(g["tokens_per_s"], 1)),
     ("first p50/p95", lambda g: _pair_ms(g["latency_ms"]["first_ms"])),
     ("total p50/p95", lambda g: _pair_ms(g["latency_ms"]["total_ms"])),

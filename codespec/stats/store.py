@@ -38,10 +38,10 @@ from typing import Any
 
 import platformdirs
 
-from .record import REQUEST_COLUMNS, VERDICT_COLUMNS
+from .record import ADDED_IN_2, REQUEST_COLUMNS, VERDICT_COLUMNS
 
 log = logging.getLogger("codespec.stats")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 COMMIT_EVERY_S = 1.0
 PRUNE_EVERY_S = 3600.0
 DEFAULT_RETENTION_DAYS = 90
@@ -54,11 +54,14 @@ BUSY_TIMEOUT_S = 5.0  # one attempt waits this long for another process's lock
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         "CREATE TABLE requests ("
-        + ", ".join(f"{name} {kind}" for name, kind in REQUEST_COLUMNS.items())
+        + ", ".join(
+            f"{name} {kind}" for name, kind in REQUEST_COLUMNS.items() if name not in ADDED_IN_2
+        )
         + ")",
         "CREATE INDEX requests_t ON requests (t)",
         "CREATE INDEX requests_language_t ON requests (language, t)",
     ],
+    2: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_2],
 }
 
 
@@ -103,6 +106,15 @@ def open_readonly(path: Path) -> sqlite3.Connection:
         raise StoreError(f"cannot read the stats store {path}: {exc}") from None
     if not version or int(version[0]) > SCHEMA_VERSION:
         raise StoreError(f"{path} is not a stats store this codespec can read")
+    if int(version[0]) < SCHEMA_VERSION:  # written by an older codespec: bring it up first
+        conn.close()
+        try:
+            writer = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+            migrate(writer)
+            writer.close()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot update the stats store {path}: {exc}") from None
+        return open_readonly(path)
     return conn
 
 

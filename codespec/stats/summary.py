@@ -36,6 +36,8 @@ SUMMED = (  # columns summed per combination
     "ngram_accepted",
     "draft_proposed",
     "draft_accepted",
+    "server_proposed",
+    "server_accepted",
     "prefill_tokens",
     "cached_tokens",
 )
@@ -151,6 +153,7 @@ def _figures(tally: Tally, latencies: dict[str, array]) -> dict:
         "tokens_per_s": ratio(ran["tokens"], ran["decode_s"]),
         "ngram": proposer(ran["ngram_proposed"], ran["ngram_accepted"]),
         "draft": proposer(ran["draft_proposed"], ran["draft_accepted"]),
+        "server": proposer(ran["server_proposed"], ran["server_accepted"]),
         "output": {
             "mean_tokens": ratio(served["tokens"], tally.suggestions),
             "mean_chars": ratio(served["chars"], tally.suggestions),

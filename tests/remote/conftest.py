@@ -41,9 +41,20 @@ def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]
     log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-            "--n_threads", "1", *extra,
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "1",
+            *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

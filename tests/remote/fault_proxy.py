@@ -148,6 +148,12 @@ def _error_reply(mode: str, head: bytes) -> bytes:
     body = b"busy" if mode != "401" else b"bad credentials in: " + b"".join(auth)
     extra = b"Retry-After: 1\r\n" if mode == "429" else b""
     return (
-        b"HTTP/1.1 " + status + b"\r\n" + extra + b"content-length: "
-        + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+        b"HTTP/1.1 "
+        + status
+        + b"\r\n"
+        + extra
+        + b"content-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
     )
