@@ -325,6 +325,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"refusing to listen on {args.host}: pass --allow-remote to do so")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message, code included
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine
     settings, problems = load_file(Path(args.config) if args.config else None)
     for problem in problems:
         _note(problem)

@@ -1,0 +1,158 @@
+"""`codespec serve --engine URL` end to end: an editor's client through `codespec lsp` gets
+streamed completions from a real llama-cpp-python server, the stats row says so, and when the
+server goes away the editor is answered empty at once and hears `codespec/status`, which
+recovers by itself when the server is back."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from conftest import needs_server
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+pytestmark = needs_server
+FOLDER = Path(tempfile.mkdtemp(prefix="codespec-remote-"))
+SOCKET = FOLDER / "d.sock"
+URI = "file:///tmp/remote_demo.py"
+TEXT = "def add(a, b):\n    return "
+
+
+@pytest.fixture(scope="module")
+def remote_daemon(tiny_manifest, tmp_path_factory):
+    """A daemon decoding on a llama-cpp-python server behind a fault proxy: (process, proxy)."""
+    from conftest import start_llama_server
+    from fault_proxy import FaultProxy
+    from helpers import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf")
+    server, url = start_llama_server(gguf)
+    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
+    log = FOLDER / "daemon.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "serve",
+            "--socket",
+            str(SOCKET),
+            "--no-status",
+            "--pair",
+            str(tiny_manifest),
+            "--engine",
+            proxy.url,
+            "--max-tokens",
+            "24",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(SOCKET))
+            break
+        except OSError:
+            time.sleep(0.05)
+    proc.log_path = log
+    yield proc, proxy
+    proc.terminate()
+    proc.wait(timeout=30)
+    proxy.close()
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(
+        server_command=[sys.executable, "-m", "codespec", "lsp", "--socket", str(SOCKET)]
+    )
+)
+async def client(lsp_client: LanguageClient, remote_daemon):
+    lsp_client.partials, lsp_client.statuses = [], []
+
+    @lsp_client.feature("codespec/partialCompletion")
+    def on_partial(params):
+        lsp_client.partials.append(params)
+
+    @lsp_client.feature("codespec/status")
+    def on_status(params):
+        lsp_client.statuses.append(params)
+
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            process_id=None,
+            # the random model never ends a line: with stop rules its line is cut at the limit
+            initialization_options={"stopRules": False},
+        )
+    )
+    lsp_client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=URI, language_id="python", version=1, text=TEXT)
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+def inline(client: LanguageClient, invoked: bool = True):
+    return client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(URI),
+            position=types.Position(1, 11),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind(1 if invoked else 2)
+            ),
+        )
+    )
+
+
+async def wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return predicate()
+
+
+async def test_completion_streams_and_is_recorded_then_survives_the_server_going(
+    client: LanguageClient, remote_daemon
+):
+    proc, proxy = remote_daemon
+    result = await asyncio.wait_for(inline(client), 30)
+    text = result.items[0].insert_text if result and result.items else ""
+    assert text, "the server's completion reached the editor"
+    assert client.partials and text.startswith(client.partials[0].text[:1])
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    total = stats.total  # (pygls hands a custom method's result over as named tuples)
+    assert total.requests >= 1 and total.suggestions >= 1
+    assert total.stops  # the stop reason the stream ended with
+
+    proxy.mode = "drop"  # the server goes away
+    t0 = time.monotonic()
+    result = await asyncio.wait_for(inline(client), 30)
+    assert time.monotonic() - t0 < 3.0
+    assert not (result and result.items and result.items[0].insert_text)
+    assert await wait_for(lambda: client.statuses, 5)
+    assert client.statuses[-1].state == "remote unreachable"
+    assert "127.0.0.1" in client.statuses[-1].message
+
+    proxy.mode = "pass"  # back, with no request to notice it: the probe does
+    assert await wait_for(lambda: client.statuses[-1].state == "ready", 10)
+    result = await asyncio.wait_for(inline(client), 30)
+    assert result and result.items and result.items[0].insert_text
+    assert proc.poll() is None
+    log = proc.log_path.read_text()
+    assert log.count("unreachable:") == 1, log[-3000:]
