@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import needs_server
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
+from remote_helpers import needs_server
 
 pytestmark = needs_server
 FOLDER = Path(tempfile.mkdtemp(prefix="codespec-remote-"))
@@ -29,9 +29,8 @@ TEXT = "def add(a, b):\n    return "
 @pytest.fixture(scope="module")
 def remote_daemon(tiny_manifest, tmp_path_factory):
     """A daemon decoding on a llama-cpp-python server behind a fault proxy: (process, proxy)."""
-    from conftest import start_llama_server
-    from fault_proxy import FaultProxy
     from helpers import write_tiny_gguf
+    from remote_helpers import FaultProxy, start_llama_server
 
     gguf = write_tiny_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf")
     server, url = start_llama_server(gguf)

@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from conftest import needs_server
+from remote_helpers import needs_server
 
 from codespec.engine import GenerationParams, StopSignal
 from codespec.models import load_manifest

@@ -21,7 +21,7 @@ import {
 import { GhostText } from "./inline";
 import { findServer, serverSettings, userBinFolders } from "./pure";
 
-type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error";
+type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error" | "remote unreachable";
 const SCHEMES = ["file", "untitled"]; // the documents codespec completes (and the client syncs)
 
 class Codespec {
@@ -83,6 +83,15 @@ class Codespec {
     return c.get<boolean>("enabled", true) && !c.get<string[]>("disabledLanguages", []).includes(languageId);
   }
 
+  /** The daemon's engine is a remote server it cannot reach (`codespec/status`), and why. */
+  remoteDown?: string;
+
+  onEngineStatus(params: { state?: string; message?: string }): void {
+    this.remoteDown = params?.state === "remote unreachable" ? (params.message ?? "") : undefined;
+    this.debug(`engine ${params?.state} ${params?.message ?? ""}`);
+    this.render();
+  }
+
   setStatus(status: Status, detail = ""): void {
     this.debug(`status ${status} ${detail}`);
     this.status = status;
@@ -97,7 +106,18 @@ class Codespec {
     if (status === "ready" && off) {
       status = "disabled";
     }
-    const icon = { starting: "$(sync~spin)", loading: "$(sync~spin)", busy: "$(loading~spin)", ready: "$(check)", disabled: "$(circle-slash)", error: "$(error)" }[status];
+    if ((status === "ready" || status === "busy") && this.remoteDown !== undefined) {
+      status = "remote unreachable";
+    }
+    const icon = {
+      starting: "$(sync~spin)",
+      loading: "$(sync~spin)",
+      busy: "$(loading~spin)",
+      ready: "$(check)",
+      disabled: "$(circle-slash)",
+      error: "$(error)",
+      "remote unreachable": "$(debug-disconnect)",
+    }[status];
     const figures: string[] = [];
     if (this.lastLatencyMs !== undefined) {
       figures.push(`${Math.round(this.lastLatencyMs)} ms`);
@@ -107,13 +127,21 @@ class Codespec {
     }
     this.bar.text = `${icon} codespec: ${status}${figures.length ? " · " + figures.join(" · ") : ""}`;
     this.bar.tooltip = this.statusText(status);
-    this.bar.backgroundColor = status === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
+    this.bar.backgroundColor =
+      status === "error"
+        ? new vscode.ThemeColor("statusBarItem.errorBackground")
+        : status === "remote unreachable"
+          ? new vscode.ThemeColor("statusBarItem.warningBackground")
+          : undefined;
   }
 
   statusText(status: Status = this.status): string {
     const parts = [`codespec: ${status}`];
     if (this.detail) {
       parts.push(`(${this.detail})`);
+    }
+    if (status === "remote unreachable" && this.remoteDown) {
+      parts.push(`(${this.remoteDown})`);
     }
     if (this.lastLatencyMs !== undefined) {
       parts.push(`last completion ${Math.round(this.lastLatencyMs)} ms`);
@@ -183,6 +211,7 @@ class Codespec {
     const client = new LanguageClient("codespec", "codespec", serverOptions, clientOptions);
     client.registerFeature(verdictsCapability);
     client.onNotification("codespec/partialCompletion", (params) => this.ghost.onPartial(params));
+    client.onNotification("codespec/status", (params) => this.onEngineStatus(params));
     client.onDidChangeState((event) => {
       if (event.newState === State.Stopped && this.client === client) {
         this.ghost.forget();

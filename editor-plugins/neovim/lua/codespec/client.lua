@@ -63,7 +63,7 @@ function M.serving(bufnr)
 end
 
 --- Start the client (once) and attach ``bufnr``. ``on``: partial(result), progress(value),
---- init(), exit(code). Returns false when no server command was found.
+--- engine(result) for `codespec/status`, init(), exit(code). Returns false when no server command was found.
 function M.start(bufnr, on)
   local cmd = M.find_server()
   if not cmd then
@@ -88,6 +88,9 @@ function M.start(bufnr, on)
       end,
       ["$/progress"] = function(_, result)
         on.progress(result and result.value or {})
+      end,
+      ["codespec/status"] = function(_, result)
+        on.engine(result or {})
       end,
     },
     on_init = function()

@@ -54,6 +54,7 @@ end
 
 local events = {
   partial = suggestion.on_partial,
+  engine = status.engine,
   progress = function(value)
     if value.kind == "begin" and not status.state.last_latency_ms then
       status.set("loading", value.message)

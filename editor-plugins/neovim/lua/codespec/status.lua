@@ -8,6 +8,7 @@ local M = {}
 M.state = {
   status = "stopped", -- stopped | loading | ready | busy | disabled | error
   message = nil,
+  remote_down = nil, -- why the daemon's remote engine is unreachable (`codespec/status`)
   last_latency_ms = nil,
   tokens_per_pass = nil, -- the daemon's, asked at most every 5 s after a completion
   stats_asked = nil, -- vim.loop.now() of the last ask
@@ -24,12 +25,28 @@ function M.set(status, message)
   pcall(vim.api.nvim_exec_autocmds, "User", { pattern = "CodespecStatus" })
 end
 
+--- The daemon's engine changed state (`codespec/status`): a remote server became unreachable
+--- or reachable again.
+function M.engine(params)
+  if params.state == "remote unreachable" then
+    M.state.remote_down = params.message or ""
+  else
+    M.state.remote_down = nil
+  end
+  pcall(vim.api.nvim_exec_autocmds, "User", { pattern = "CodespecStatus" })
+end
+
 function M.text()
   local s = M.state
   local text = "codespec: " .. s.status
   local off_here = s.status == "ready" and not config.enabled_in(vim.api.nvim_get_current_buf())
   if not config.options.enabled or off_here then
     text = "codespec: disabled"
+  elseif s.remote_down and (s.status == "ready" or s.status == "busy") then
+    text = "codespec: remote unreachable"
+    if s.remote_down ~= "" then
+      text = text .. " (" .. s.remote_down .. ")"
+    end
   end
   if s.message then
     text = text .. " (" .. s.message .. ")"

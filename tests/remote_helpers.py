@@ -1,4 +1,5 @@
-"""A loopback HTTP proxy that forwards to a real server or injects a fault instead.
+"""Remote-engine test helpers: a real llama-cpp-python server, and a loopback HTTP proxy that
+forwards to it or injects a fault instead.
 
 One request per connection (the request to the server is rewritten to ``Connection: close``).
 ``mode`` is read when a connection arrives:
@@ -16,8 +17,73 @@ One request per connection (the request to the server is rewritten to ``Connecti
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+try:
+    import llama_cpp.server  # noqa: F401
+
+    HAVE_SERVER = True
+except ImportError:  # scripts/setup.sh installs it; a machine that could not build it
+    HAVE_SERVER = False
+
+needs_server = pytest.mark.skipif(
+    not HAVE_SERVER, reason="llama-cpp-python[server] is not installed (scripts/setup.sh)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``python -m llama_cpp.server`` on a free loopback port, once it answers."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "1",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server exited: {Path(log.name).read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("llama_cpp.server did not start")
 
 
 class FaultProxy:
