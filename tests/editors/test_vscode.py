@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
+from helpers import write_tiny_gguf
 from lsp_helpers import start_daemon
+from remote_helpers import FaultProxy, needs_server, start_llama_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "editor-plugins" / "vscode"
@@ -616,3 +618,55 @@ def test_the_server_the_setup_linked_is_found_and_named(
             wait_for(lambda: str(linked) in " ".join(toast.all_inner_texts()), 20, "the status")
     finally:
         os.environ["PATH"] = old_path
+
+
+@needs_server
+def test_a_remote_engine_going_away_shows_and_comes_back(vsix, tiny_manifest, tmp_path):
+    """The daemon decodes on a real llama-cpp-python server behind a fault proxy: ghost text
+    comes from it; the status bar says "remote unreachable" while it is gone and "ready" once
+    it is back."""
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    llama, url = start_llama_server(gguf)
+    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
+    socket_path = tmp_path / "d.sock"
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "serve",
+            "--socket",
+            str(socket_path),
+            "--no-status",
+            "--pair",
+            str(tiny_manifest),
+            "--engine",
+            proxy.url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    settings = {
+        "serverPath": str(CODESPEC),
+        "serverArgs": ["--socket", str(socket_path)],
+        "debounceMs": 60,
+        **TINY_SETTINGS,
+    }
+    try:
+        with vscode(vsix, tmp_path, settings, {"r.py": "def f(a, b):\n    "}) as (server, bench):
+            bench.open("r.py")
+            wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status to say ready")
+            bench.page.keyboard.press("Control+End")
+            bench.type("return ")
+            assert bench.ghost()
+            proxy.mode = "drop"
+            bench.type("a")
+            wait_for(lambda: "remote unreachable" in bench.status(), 15, "remote unreachable")
+            proxy.mode = "pass"
+            wait_for(lambda: "codespec: ready" in bench.status(), 15, "ready again")
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        proxy.close()
+        llama.terminate()
+        llama.wait(timeout=30)
