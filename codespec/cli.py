@@ -187,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
     b.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        metavar="[LABEL=]URL",
+        help="replay the holes against this server as concurrent editors (twice: compare)",
+    )
+    b.add_argument(
+        "--concurrency", default="1,2,4,8", help="editors at once, with --engine (default 1,2,4,8)"
+    )
+    b.add_argument(
         "--peer-holes", type=int, default=None, help="run the peer on N holes, spread out"
     )
     _add_model_options(b)

@@ -148,6 +148,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
         log(f"skipped {line}")
     if not holes:
         raise BenchError("no holes: no sources for the chosen languages")
+    if getattr(args, "engine", None):
+        return run_concurrency(args, holes, max_tokens, missing, log)
     log(f"{len(holes)} holes in {len({h.language for h in holes})} languages; loading the pair")
 
     t0 = time.perf_counter()
@@ -218,6 +220,30 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
+def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> dict:
+    """``--engine``: the holes as concurrent editors against serving engines
+    (``concurrency.py``); nothing runs locally but the tokenizer and the stop rules."""
+    from ..remote.config import EngineConfigError
+    from .concurrency import parse_engines, parse_levels, run_engines
+
+    try:
+        engines = parse_engines(args.engine)
+        levels = parse_levels(args.concurrency)
+    except (EngineConfigError, ValueError) as exc:
+        raise BenchError(str(exc)) from None
+    log(f"{len(holes)} holes as {', '.join(map(str, levels))} concurrent editors")
+    settings = BenchSettings(max_tokens=max_tokens, prompt_seconds=0.0)
+    result = run_engines(args.pair, engines, holes, levels, settings, log=log)
+    command = "codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
+    return dict(
+        command=command,
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        concurrency=result,
+        missing=missing,
+        settings=dict(seed=args.seed, max_tokens=max_tokens, holes=len(holes)),
+    )
+
+
 def progress_line(i: int, n: int, row: dict) -> str:
     h, spec, plain = row["hole"], row["spec"], row["plain"]
     rate = report.rate
@@ -257,6 +283,14 @@ def main(args: argparse.Namespace) -> int:
     except BenchError as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)
         return 2
+    if "concurrency" in result:
+        from .concurrency import table
+
+        print(table(result["concurrency"]))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+            print(f"wrote {args.json}")
+        return 0
     print(report.table(result))
     print(bets_text(result).removeprefix("- "))
     if "peer" in result:
