@@ -197,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", default="1,2,4,8", help="editors at once, with --engine (default 1,2,4,8)"
     )
     b.add_argument(
+        "--window-tokens",
+        default=None,
+        metavar="PREFIX,SUFFIX",
+        help="prompt window limits in tokens (default 1024,256, the daemon's)",
+    )
+    b.add_argument(
         "--peer-holes", type=int, default=None, help="run the peer on N holes, spread out"
     )
     _add_model_options(b)

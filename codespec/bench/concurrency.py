@@ -56,7 +56,10 @@ def parse_engines(values: list[str]) -> list[tuple[str, RemoteConfig]]:
         label, sep, url = value.partition("=")
         if not sep or "://" in label:
             label, url = f"engine {i + 1}", value
-        config = from_table({"url": url}, f"--engine {value}")
+        # a benchmark waits for slow servers rather than give up on them (a CPU server's cold
+        # prefill of a full prompt takes seconds, more when editors queue behind each other)
+        table = {"url": url, "first_token_timeout_s": 300, "stall_timeout_s": 60}
+        config = from_table({**table, "total_timeout_s": 600}, f"--engine {value}")
         assert config is not None
         engines.append((label, config))
     return engines

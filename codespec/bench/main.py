@@ -233,6 +233,11 @@ def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> di
         raise BenchError(str(exc)) from None
     log(f"{len(holes)} holes as {', '.join(map(str, levels))} concurrent editors")
     settings = BenchSettings(max_tokens=max_tokens, prompt_seconds=0.0)
+    if args.window_tokens:
+        prefix, _, suffix = args.window_tokens.partition(",")
+        if not (prefix.isdigit() and suffix.isdigit() and int(prefix) >= 16):
+            raise BenchError("--window-tokens wants PREFIX,SUFFIX in tokens, like 256,64")
+        settings = replace(settings, prefix_tokens=int(prefix), suffix_tokens=int(suffix))
     result = run_engines(args.pair, engines, holes, levels, settings, log=log)
     command = "codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
     return dict(
@@ -240,7 +245,13 @@ def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> di
         machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
         concurrency=result,
         missing=missing,
-        settings=dict(seed=args.seed, max_tokens=max_tokens, holes=len(holes)),
+        settings=dict(
+            seed=args.seed,
+            max_tokens=max_tokens,
+            holes=len(holes),
+            prefix_tokens=settings.prefix_tokens,
+            suffix_tokens=settings.suffix_tokens,
+        ),
     )
 
 
