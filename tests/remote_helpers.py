@@ -17,6 +17,7 @@ One request per connection (the request to the server is rewritten to ``Connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -223,3 +224,51 @@ def _error_reply(mode: str, head: bytes) -> bytes:
         + b"\r\nconnection: close\r\n\r\n"
         + body
     )
+
+
+@contextlib.contextmanager
+def daemon_on_a_remote_engine(manifest: Path, folder: Path, *extra: str):
+    """A real llama-cpp-python server on a tiny GGUF, a fault proxy before it, and a daemon
+    (`codespec serve --engine` the proxy, on ``folder/d.sock``) decoding there; yields
+    (daemon process, proxy, socket path) and stops all three."""
+    from helpers import write_tiny_gguf
+
+    server, url = start_llama_server(write_tiny_gguf(folder / "tiny.gguf"))
+    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
+    socket_path = folder / "d.sock"
+    log = folder / "daemon.log"
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "serve",
+            "--socket",
+            str(socket_path),
+            "--no-status",
+            "--pair",
+            str(manifest),
+            "--engine",
+            proxy.url,
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    daemon.log_path = log
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(socket_path))
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield daemon, proxy, socket_path
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        proxy.close()
+        server.terminate()
+        server.wait(timeout=30)

@@ -32,6 +32,7 @@ from ..engine.request import Output
 from .config import RemoteConfig
 from .health import Health
 from .metrics import ServerSpeculation, from_event
+from .speculation import RemoteSpeculation
 from .sse import StreamFault
 from .stream import stream_completion
 
@@ -51,6 +52,7 @@ class RemoteEngine:
         self.config = config
         self.tokenizer = tokenizer
         self.health = Health(config.urls)
+        self.speculation = RemoteSpeculation()  # what to ask a llama.cpp server to draft
         self.headers = {"Accept": "text/event-stream"}
         if config.token:
             self.headers["Authorization"] = f"Bearer {config.token}"
@@ -79,7 +81,7 @@ class RemoteEngine:
         stats = GenerationStats()
         stats.proposed["server"] = stats.accepted["server"] = 0
         output = Output(set(), TOKEN_SLACK * params.max_tokens + 16, stop_rule, stats)
-        steps = self._steps(self._body(prompt, params), stop, output, stats)
+        steps = self._steps(self._body(prompt, params), stop, output, stats, params.context)
         return Generation(steps, stats, output.tokens)
 
     def close(self) -> None:
@@ -104,12 +106,19 @@ class RemoteEngine:
             body["model"] = self.config.model
         if params.seed is not None:
             body["seed"] = params.seed
-        if not params.speculate and self.config.send_speculation:
-            body["speculative.n_max"] = 0  # llama.cpp's server: plain decoding, as asked
+        if self.config.send_speculation:  # llama.cpp's server takes it per request
+            n_max = 0 if not params.speculate else self.speculation.n_max(params.context)
+            if n_max is not None:
+                body["speculative.n_max"] = n_max
         return body
 
     def _steps(
-        self, body: dict, stop: StopSignal | None, output: Output, stats: GenerationStats
+        self,
+        body: dict,
+        stop: StopSignal | None,
+        output: Output,
+        stats: GenerationStats,
+        context: str = "",
     ) -> Iterator[list[int]]:
         t0 = time.perf_counter()
         deadline = t0 + self.config.total_timeout_s
@@ -124,7 +133,9 @@ class RemoteEngine:
                 self.loop,
             )
             try:
-                retry = yield from self._read(url, events, stop, output, stats, t0, deadline)
+                retry = yield from self._read(
+                    url, events, stop, output, stats, t0, deadline, context
+                )
             finally:
                 task.cancel()  # closes the HTTP stream (a stop rule, a cancel, a timeout)
             if not retry:
@@ -142,6 +153,7 @@ class RemoteEngine:
         stats: GenerationStats,
         t0: float,
         deadline: float,
+        context: str = "",
     ) -> Iterator[list[int]]:
         """Read one server's stream into ``output``; return True to try the next URL."""
         last = time.perf_counter()
@@ -176,7 +188,7 @@ class RemoteEngine:
                 self.health.succeeded(url)
                 return False
             if kind == "meta":
-                self._meta(event[1], stats)
+                self._meta(event[1], stats, context)
                 continue
             _, text, finish = event
             if not texted:
@@ -215,7 +227,7 @@ class RemoteEngine:
         token = self.config.token
         return text.replace(token, "<token>") if token else text
 
-    def _meta(self, event: dict, stats: GenerationStats) -> None:
+    def _meta(self, event: dict, stats: GenerationStats, context: str = "") -> None:
         usage = event.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
             details = usage.get("prompt_tokens_details")
@@ -228,6 +240,7 @@ class RemoteEngine:
             stats.cached_tokens = timings["cache_n"]
         spec: ServerSpeculation | None = from_event(event)
         if spec is not None:
+            self.speculation.observe(context, spec)
             stats.proposed["server"] = spec.drafted
             stats.accepted["server"] = spec.accepted
             stats.target_passes = spec.steps or stats.target_passes

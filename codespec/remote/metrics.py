@@ -23,6 +23,7 @@ class ServerSpeculation:
     drafted: int
     accepted: int
     steps: int = 0  # verification steps, where the server says
+    source: str = ""  # "vllm" | "llama.cpp": whose format it came in
 
     @property
     def rate(self) -> float | None:
@@ -30,7 +31,10 @@ class ServerSpeculation:
 
     def __add__(self, other: ServerSpeculation) -> ServerSpeculation:
         return ServerSpeculation(
-            self.drafted + other.drafted, self.accepted + other.accepted, self.steps + other.steps
+            self.drafted + other.drafted,
+            self.accepted + other.accepted,
+            self.steps + other.steps,
+            self.source or other.source,
         )
 
 
@@ -48,13 +52,14 @@ def from_event(event: dict) -> ServerSpeculation | None:
         drafted = _count(spec.get("num_draft_tokens"))
         accepted = _count(spec.get("num_accepted_draft_tokens"))
         if drafted is not None and accepted is not None:
-            return ServerSpeculation(drafted, accepted, _count(spec.get("num_spec_steps")) or 0)
+            steps = _count(spec.get("num_spec_steps")) or 0
+            return ServerSpeculation(drafted, accepted, steps, "vllm")
     timings = event.get("timings")
     if isinstance(timings, dict):
         drafted = _count(timings.get("draft_n"))
         accepted = _count(timings.get("draft_n_accepted"))
         if drafted is not None and accepted is not None:
-            return ServerSpeculation(drafted, accepted)
+            return ServerSpeculation(drafted, accepted, source="llama.cpp")
     return None
 
 
@@ -81,4 +86,5 @@ def from_prometheus(text: str) -> ServerSpeculation | None:
                 seen = True
     if not seen:
         return None
-    return ServerSpeculation(int(totals["drafted"]), int(totals["accepted"]), int(totals["steps"]))
+    drafted, accepted, steps = (int(totals[k]) for k in ("drafted", "accepted", "steps"))
+    return ServerSpeculation(drafted, accepted, steps, "vllm")

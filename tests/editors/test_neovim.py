@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
-from helpers import write_tiny_gguf
 from lsp_helpers import start_daemon
-from remote_helpers import FaultProxy, needs_server, start_llama_server
+from remote_helpers import daemon_on_a_remote_engine, needs_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editor-plugins" / "neovim"
@@ -524,54 +523,30 @@ def test_a_remote_engine_going_away_shows_and_comes_back(version, tiny_manifest,
     """The daemon decodes on a real llama-cpp-python server behind a fault proxy: ghost text
     comes from it; when it goes away the status line says "remote unreachable", and it says
     "ready" again once the server is back, with no restart."""
-    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
-    server, url = start_llama_server(gguf)
-    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
-    socket_path = tmp_path / "d.sock"
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codespec",
-            "serve",
-            "--socket",
-            str(socket_path),
-            "--no-status",
-            "--pair",
-            str(tiny_manifest),
-            "--engine",
-            proxy.url,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     source = tmp_path / "r.py"
     source.write_text("def f(a, b):\n    pass\n", encoding="utf-8")
-    editor = None
-    try:
+    with daemon_on_a_remote_engine(tiny_manifest, tmp_path) as (_, proxy, socket_path):
         cmd = [sys.executable, "-m", "codespec", "lsp", "--socket", str(socket_path)]
         editor = Editor(neovim(version), tmp_path, cmd)
-        editor.nvim.command(f"edit {source}")
-        editor.nvim.input("o")
-        editor.type("    return ")
-        assert editor.wait_ghost()
-        proxy.mode = "drop"
-        editor.type("a")
-        status = lambda: editor.lua("return require('codespec').status_text()")  # noqa: E731
-        deadline = time.monotonic() + 10
-        while "remote unreachable" not in status() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert status().startswith("codespec: remote unreachable (http://127.0.0.1")
-        proxy.mode = "pass"
-        deadline = time.monotonic() + 10
-        while "remote unreachable" in status() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert status().startswith("codespec: ready"), status()
-    finally:
-        if editor is not None:
+        try:
+            editor.nvim.command(f"edit {source}")
+            editor.nvim.input("o")
+            editor.type("    return ")
+            assert editor.wait_ghost()
+            proxy.mode = "drop"
+            editor.type("a")
+
+            def status() -> str:
+                return editor.lua("return require('codespec').status_text()")
+
+            deadline = time.monotonic() + 10
+            while "remote unreachable" not in status() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert status().startswith("codespec: remote unreachable (http://127.0.0.1")
+            proxy.mode = "pass"
+            deadline = time.monotonic() + 10
+            while "remote unreachable" in status() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert status().startswith("codespec: ready"), status()
+        finally:
             editor.close()
-        daemon.terminate()
-        daemon.wait(timeout=30)
-        proxy.close()
-        server.terminate()
-        server.wait(timeout=30)

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
-from helpers import write_tiny_gguf
 from lsp_helpers import start_daemon
-from remote_helpers import FaultProxy, needs_server, start_llama_server
+from remote_helpers import daemon_on_a_remote_engine, needs_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "editor-plugins" / "vscode"
@@ -625,35 +624,15 @@ def test_a_remote_engine_going_away_shows_and_comes_back(vsix, tiny_manifest, tm
     """The daemon decodes on a real llama-cpp-python server behind a fault proxy: ghost text
     comes from it; the status bar says "remote unreachable" while it is gone and "ready" once
     it is back."""
-    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
-    llama, url = start_llama_server(gguf)
-    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
-    socket_path = tmp_path / "d.sock"
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codespec",
-            "serve",
-            "--socket",
-            str(socket_path),
-            "--no-status",
-            "--pair",
-            str(tiny_manifest),
-            "--engine",
-            proxy.url,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    settings = {
-        "serverPath": str(CODESPEC),
-        "serverArgs": ["--socket", str(socket_path)],
-        "debounceMs": 60,
-        **TINY_SETTINGS,
-    }
-    try:
-        with vscode(vsix, tmp_path, settings, {"r.py": "def f(a, b):\n    "}) as (server, bench):
+    with daemon_on_a_remote_engine(tiny_manifest, tmp_path) as (_, proxy, socket_path):
+        settings = {
+            "serverPath": str(CODESPEC),
+            "serverArgs": ["--socket", str(socket_path)],
+            "debounceMs": 60,
+            **TINY_SETTINGS,
+        }
+        files = {"r.py": "def f(a, b):\n    "}
+        with vscode(vsix, tmp_path, settings, files) as (server, bench):
             bench.open("r.py")
             wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status to say ready")
             bench.page.keyboard.press("Control+End")
@@ -664,9 +643,3 @@ def test_a_remote_engine_going_away_shows_and_comes_back(vsix, tiny_manifest, tm
             wait_for(lambda: "remote unreachable" in bench.status(), 15, "remote unreachable")
             proxy.mode = "pass"
             wait_for(lambda: "codespec: ready" in bench.status(), 15, "ready again")
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=30)
-        proxy.close()
-        llama.terminate()
-        llama.wait(timeout=30)

@@ -122,13 +122,13 @@ def test_vllm_per_request_metrics_as_documented():
             }
         },
     }
-    assert from_event(event) == ServerSpeculation(129, 10, 43)
+    assert from_event(event) == ServerSpeculation(129, 10, 43, "vllm")
     assert from_event({"metrics": {"speculative_decoding": None}}) is None
 
 
 def test_llama_cpp_server_timings():
     event = {"timings": {"prompt_n": 12, "predicted_n": 40, "draft_n": 30, "draft_n_accepted": 21}}
-    assert from_event(event) == ServerSpeculation(30, 21)
+    assert from_event(event) == ServerSpeculation(30, 21, source="llama.cpp")
     assert from_event({"timings": {"predicted_n": 4}}) is None  # it did not speculate
 
 
@@ -152,5 +152,23 @@ vllm:num_requests_running{engine="0",model_name="qwen"} 2.0
 
 
 def test_vllm_prometheus_counters_summed_over_engines():
-    assert from_prometheus(PROMETHEUS) == ServerSpeculation(150, 15, 50)
+    assert from_prometheus(PROMETHEUS) == ServerSpeculation(150, 15, 50, "vllm")
     assert from_prometheus("# no speculation here\nvllm:num_requests_running 1.0\n") is None
+
+
+def test_draft_length_follows_a_llama_cpp_servers_reported_acceptance():
+    from codespec.remote.speculation import MIN_REPORTS, RemoteSpeculation
+
+    policy = RemoteSpeculation()
+    for _ in range(MIN_REPORTS):
+        policy.observe("line", ServerSpeculation(100, 80, source="vllm"))
+    assert policy.n_max("line") is None  # vLLM: set at its start, not per request
+    policy = RemoteSpeculation()
+    policy.observe("line", ServerSpeculation(100, 80, source="llama.cpp"))
+    assert policy.n_max("line") is None  # too few reports yet
+    for _ in range(MIN_REPORTS):
+        policy.observe("line", ServerSpeculation(100, 80, source="llama.cpp"))
+        policy.observe("block", ServerSpeculation(100, 5, source="llama.cpp"))
+    assert policy.n_max("line") == 8  # 0.8 per token: runs of 4 on average, drafts of 8
+    assert policy.n_max("block") == 0  # drafts that are almost never kept: none
+    assert policy.n_max("other") is None

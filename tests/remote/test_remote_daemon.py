@@ -6,8 +6,6 @@ recovers by itself when the server is back."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,59 +15,21 @@ import pytest
 import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-from remote_helpers import needs_server
+from remote_helpers import daemon_on_a_remote_engine, needs_server
 
 pytestmark = needs_server
 FOLDER = Path(tempfile.mkdtemp(prefix="codespec-remote-"))
-SOCKET = FOLDER / "d.sock"
+SOCKET = FOLDER / "d.sock"  # (where daemon_on_a_remote_engine puts it)
 URI = "file:///tmp/remote_demo.py"
 TEXT = "def add(a, b):\n    return "
 
 
 @pytest.fixture(scope="module")
-def remote_daemon(tiny_manifest, tmp_path_factory):
+def remote_daemon(tiny_manifest):
     """A daemon decoding on a llama-cpp-python server behind a fault proxy: (process, proxy)."""
-    from helpers import write_tiny_gguf
-    from remote_helpers import FaultProxy, start_llama_server
-
-    gguf = write_tiny_gguf(tmp_path_factory.mktemp("g") / "tiny.gguf")
-    server, url = start_llama_server(gguf)
-    proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
-    log = FOLDER / "daemon.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codespec",
-            "serve",
-            "--socket",
-            str(SOCKET),
-            "--no-status",
-            "--pair",
-            str(tiny_manifest),
-            "--engine",
-            proxy.url,
-            "--max-tokens",
-            "24",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(SOCKET))
-            break
-        except OSError:
-            time.sleep(0.05)
-    proc.log_path = log
-    yield proc, proxy
-    proc.terminate()
-    proc.wait(timeout=30)
-    proxy.close()
-    server.terminate()
-    server.wait(timeout=30)
+    with daemon_on_a_remote_engine(tiny_manifest, FOLDER, "--max-tokens", "24") as running:
+        daemon, proxy, _ = running
+        yield daemon, proxy
 
 
 @pytest_lsp.fixture(
