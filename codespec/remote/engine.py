@@ -140,8 +140,7 @@ class RemoteEngine:
                 task.cancel()  # closes the HTTP stream (a stop rule, a cancel, a timeout)
             if not retry:
                 break
-        else:
-            stats.stop_reason = stats.stop_reason or "unreachable"
+        stats.stop_reason = stats.stop_reason or "unreachable"  # (no URL left to try)
         stats.total_s = time.perf_counter() - t0
 
     def _read(
