@@ -220,3 +220,34 @@ def test_the_token_is_sent_and_never_logged(make_engine, tokenizer, proxy, tmp_p
     assert "401" in text and "bad credentials" in text  # the reply was read and logged...
     assert "sk-secret" not in text  # ...without the token it echoed
     assert "sk-secret" not in repr(engine.config)
+
+
+@pytest.mark.real_model
+def test_the_embedded_gguf_served_completes_through_codespec(tokenizer):
+    """The path a user takes: llama.cpp (llama-cpp-python's server) on the embedded GGUF, and
+    codespec's own completion over it, stop rules on: a single line that ends the statement."""
+    from remote_helpers import start_llama_server
+
+    from codespec.completion import CompletionOptions, complete
+    from codespec.languages import language_for
+    from codespec.models import gguf_file
+    from codespec.runtime import load_remote_pair
+    from codespec.stops import Cursor
+
+    default = load_manifest()
+    server, url = start_llama_server(gguf_file(default.target, default.install_hint))
+    pair = load_remote_pair(from_table({"url": url, "first_token_timeout_s": 60}))
+    try:
+        prefix = "def fibonacci(n: int) -> int:\n    if n < 2:\n        return n\n    return "
+        cursor = Cursor(prefix, "\n\n\nprint(fibonacci(10))\n", language_for("python"))
+        partials: list[str] = []
+        result = complete(
+            pair, cursor, CompletionOptions(max_tokens=32), path="fib.py", on_text=partials.append
+        )
+        assert "fibonacci(n - 1)" in result.text.replace("n-1", "n - 1"), result.text
+        assert "\n" not in result.text and partials
+        assert result.stats.stop_reason in ("eos", "stop_rule")
+    finally:
+        pair.engine.close()
+        server.terminate()
+        server.wait(timeout=30)
