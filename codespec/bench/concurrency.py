@@ -6,7 +6,8 @@ hole's start, then one per character of the removed text (``KEYSTROKES`` of them
 cancelling the one before after ``KEY_INTERVAL_S`` (newest wins, as in the daemon), and lets
 the last run to its end. Per concurrency level it reports time to first text over every request
 that got some (p50/p95), whole-completion latency of the last requests (p50/p95), tokens/s per
-stream and in total, and the server's own speculation where it reports it (per request, or its
+stream and in total, the tokens streamed past a stop rule before the stream closed, and the
+server's own speculation where it reports it (per request, or its
 Prometheus counters before and after the level).
 
 Given two engines (``--engine plain=URL --engine spec=URL``: the same model with its
@@ -43,6 +44,7 @@ class LevelRun:
     total_ms: list[float] = field(default_factory=list)  # the last request of each hole
     stream_rates: list[float] = field(default_factory=list)  # tokens/s after the first text
     tokens: int = 0
+    past_stop: int = 0  # tokens streamed after a stop rule fired, before the stream closed
     keystrokes_without_text: int = 0
     failed: int = 0
     server: ServerSpeculation = field(default_factory=lambda: ServerSpeculation(0, 0))
@@ -139,6 +141,8 @@ def type_into(pair, hole: Hole, settings: BenchSettings, out: LevelRun, lock) ->
                 out.server = out.server + ServerSpeculation(
                     stats.proposed["server"], stats.accepted["server"]
                 )
+            if stats is not None:
+                out.past_stop += stats.dropped_past_stop
             if last and stats is not None:
                 out.total_ms.append(1000 * (done - t0))
                 out.tokens += stats.tokens
@@ -178,6 +182,7 @@ def level_figures(run: LevelRun, editors: int, counters: ServerSpeculation | Non
         stream_tokens_per_s=statistics.fmean(run.stream_rates) if run.stream_rates else None,
         total_tokens_per_s=run.tokens / run.wall_s if run.wall_s else None,
         keystrokes_without_text=run.keystrokes_without_text,
+        tokens_past_stop=run.past_stop,
         failed=run.failed,
         server_drafted=server.drafted,
         server_accepted=server.accepted,
@@ -229,6 +234,7 @@ def level_line(f: dict) -> str:
         f"{'-' if total is None else f'{total:.1f}'} tok/s in all"
         + ("" if spec is None else f", server acceptance {spec:.0%}")
         + (f", {f['keystrokes_without_text']} keystrokes without text")
+        + (f", {f['tokens_past_stop']} tokens streamed past a stop")
         + (f", {f['failed']} failed" if f["failed"] else "")
     )
 
