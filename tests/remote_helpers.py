@@ -88,8 +88,10 @@ def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]
 
 
 class FaultProxy:
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, tls=None) -> None:
+        """``tls``: an ``ssl.SSLContext`` to serve HTTPS with (the server behind stays http)."""
         self.upstream_port = upstream_port
+        self.tls = tls
         self.mode = "pass"
         self.cut_after = 600
         self.trickle_s = 0.02
@@ -106,7 +108,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         async def cancel_connections() -> None:
@@ -123,7 +125,7 @@ class FaultProxy:
         asyncio.set_event_loop(self.loop)
         self.loop.set_exception_handler(lambda loop, context: None)  # (connections cut at close)
         server = self.loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+            asyncio.start_server(self._handle, "127.0.0.1", self.port, ssl=self.tls)
         )
         ready.set()
         try:

@@ -251,3 +251,38 @@ def test_the_embedded_gguf_served_completes_through_codespec(tokenizer):
         pair.engine.close()
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_tls_is_verified_unless_told_and_a_ca_bundle_is_honoured(
+    make_engine, tokenizer, llama_server, tmp_path
+):
+    """An HTTPS server with a certificate no public CA signed: refused by default, served
+    with the team's CA file named, and with verify = false."""
+    import shutil
+    import ssl
+    import subprocess
+
+    from remote_helpers import FaultProxy
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    proxy = FaultProxy(int(llama_server.rsplit(":", 1)[1]), tls=tls)
+    try:
+        assert proxy.url.startswith("https://")
+        refused, _ = run(make_engine(proxy.url), tokenizer)
+        assert refused.tokens == [] and refused.stats.stop_reason == "unreachable"
+        trusted, _ = run(make_engine(proxy.url, ca_bundle=str(cert)), tokenizer)
+        assert trusted.tokens
+        unchecked, _ = run(make_engine(proxy.url, verify=False), tokenizer)
+        assert unchecked.tokens == trusted.tokens
+    finally:
+        proxy.close()
