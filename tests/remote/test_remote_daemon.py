@@ -17,7 +17,9 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 from remote_helpers import daemon_on_a_remote_engine, needs_server
 
-pytestmark = needs_server
+# the daemon first: pytest-lsp starts the relay before it asks for the client fixture's own
+# arguments, and a relay that finds no daemon starts one of its own with the embedded pair
+pytestmark = [needs_server, pytest.mark.usefixtures("remote_daemon")]
 FOLDER = Path(tempfile.mkdtemp(prefix="codespec-remote-"))
 SOCKET = FOLDER / "d.sock"  # (where daemon_on_a_remote_engine puts it)
 URI = "file:///tmp/remote_demo.py"
