@@ -24,7 +24,7 @@ if ! .venv/bin/python -c "import codespec, pygls, pytest_lsp, matplotlib, playwr
 fi
 # llama-cpp-python (pinned), for its OpenAI-compatible server: the remote-engine tests run
 # codespec against it, and `codespec bench --peer llama.cpp` uses it. PyPI has only its source;
-# the wheel is built once per machine (about 7 minutes on 2 cores) and kept in the user cache,
+# the wheel is built once per machine (minutes: README, set-up) and kept in the user cache,
 # keyed by the CPU's flags (the build uses the CPU's own instructions).
 if ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
   LLAMA_CPP=llama-cpp-python==0.3.36

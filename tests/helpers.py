@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import time
 from pathlib import Path
 
 import torch
 
 from codespec.engine import StopSignal
+
+
+def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
+    """Until a daemon accepts on the unix socket ``path``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"no daemon on {path}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny_qwen2(seed: int, vocab: int = 96, hidden: int = 64, layers: int = 2, **config):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import free_port, wait_for_socket, write_tiny_gguf
 
 try:
     import llama_cpp.server  # noqa: F401
@@ -40,12 +40,6 @@ except ImportError:  # scripts/setup.sh installs it; a machine that could not bu
 needs_server = pytest.mark.skipif(
     not HAVE_SERVER, reason="llama-cpp-python[server] is not installed (scripts/setup.sh)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -98,9 +92,7 @@ class FaultProxy:
         self.connections = 0
         self.closed_early = 0
         self.loop = asyncio.new_event_loop()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self.thread.start()
@@ -233,7 +225,6 @@ def daemon_on_a_remote_engine(manifest: Path, folder: Path, *extra: str):
     """A real llama-cpp-python server on a tiny GGUF, a fault proxy before it, and a daemon
     (`codespec serve --engine` the proxy, on ``folder/d.sock``) decoding there; yields
     (daemon process, proxy, socket path) and stops all three."""
-    from helpers import write_tiny_gguf
 
     server, url = start_llama_server(write_tiny_gguf(folder / "tiny.gguf"))
     proxy = FaultProxy(int(url.rsplit(":", 1)[1]))
@@ -259,14 +250,7 @@ def daemon_on_a_remote_engine(manifest: Path, folder: Path, *extra: str):
     )
     daemon.log_path = log
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.connect(str(socket_path))
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_for_socket(socket_path)
         yield daemon, proxy, socket_path
     finally:
         daemon.terminate()

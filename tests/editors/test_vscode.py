@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
+from helpers import free_port
 from lsp_helpers import start_daemon
 from remote_helpers import daemon_on_a_remote_engine, needs_server
 
@@ -58,12 +59,6 @@ def vsix(tmp_path_factory) -> Path:
         capture_output=True,
     )
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CodeServer:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest_lsp
-from helpers import build_tiny_pair  # noqa: F401  (re-exported for the LSP tests)
+from helpers import build_tiny_pair, free_port, wait_for_socket  # noqa: F401  (re-exported)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -25,18 +25,6 @@ RUNTIME = Path(tempfile.mkdtemp(prefix="codespec-test-run-"))
 os.environ["CODESPEC_RUNTIME_DIR"] = str(RUNTIME)
 SOCKET = RUNTIME / "codespec.sock"
 LSP_COMMAND = [sys.executable, "-m", "codespec", "lsp"]
-
-
-def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(path))
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"no daemon on {path}")
 
 
 def wait_for_model(proc, timeout: float = 180.0) -> None:
@@ -84,12 +72,6 @@ def start_daemon(
     if wait:
         wait_for_socket(socket_path)
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_tcp_daemon(manifest: Path, folder: Path, env: dict | None = None):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lsp_helpers import SOCKET, start_daemon, wait_for_model, wait_for_socket
+from lsp_helpers import SOCKET, free_port, start_daemon, wait_for_model, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
 from codespec.server.daemon import AUTH_MAX_BODY, MAX_UNAUTHENTICATED
@@ -376,12 +376,6 @@ def test_twenty_sessions_and_a_keystroke_storm_each_get_one_reply_in_time(daemon
 
 
 # -- the token and what comes before authentication ------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
