@@ -217,7 +217,42 @@ class Workbench:
         return wait_for(find, timeout, f"a webview showing {needle!r}")
 
     def type(self, text: str, delay: int = 60) -> None:
+        self.keep_editor_focused()
         self.page.keyboard.type(text, delay=delay)
+
+    def until_vscode_asks(self, timeout: float = 60.0) -> None:
+        """Wait until VS Code asks the extension for inline completions at all. Right after the
+        extension starts, VS Code may not ask yet (a daemon that was already up makes the status
+        say ready within two seconds, sometimes before it does): trigger a suggestion (Alt+\\)
+        until the extension logs that it was asked, then dismiss what it shows."""
+        log = self.server.debug_log
+
+        def asked() -> bool:
+            if log.exists() and "inline completion asked" in log.read_text(errors="replace"):
+                return True
+            self.press("Alt+Backslash")
+            time.sleep(1.0)
+            return False
+
+        wait_for(asked, timeout, "VS Code to ask for inline completions")
+        self.page.keyboard.press("Escape")
+
+    def press(self, key: str) -> None:
+        self.keep_editor_focused()
+        self.page.keyboard.press(key)
+
+    def keep_editor_focused(self) -> None:
+        """Give the active editor the focus back if something took it since the file opened
+        (a notification, the workbench restoring a view): keystrokes must reach the editor.
+        Left alone while a quick-input box is open (a test typing into it)."""
+        page = self.page
+        if (
+            page.locator(".monaco-editor.focused").count()
+            or page.locator(".quick-input-widget:visible").count()
+        ):
+            return
+        page.click(".tab.active")
+        page.wait_for_selector(".monaco-editor.focused", timeout=20_000)
 
     def ghost(self, timeout: float = 60.0) -> str:
         """The first line of the ghost text, once the whole suggestion is shown (streamed text
@@ -339,7 +374,7 @@ def test_ghost_text_accept_word_dismiss_status_and_verdicts(
         bench.open("area.py")
         # the status bar says when the server is up (the relay starts the daemon: seconds)
         wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         # ghost text from codespec lsp while typing; Tab inserts it
         bench.type("return ")
         first = bench.ghost()
@@ -355,7 +390,7 @@ def test_ghost_text_accept_word_dismiss_status_and_verdicts(
             first,
         )
         # accept the next word (Ctrl+Right): a beginning of the suggestion goes in, the rest stays
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         bench.page.keyboard.press("Enter")
         bench.type("x = ")
         ghost = bench.ghost()
@@ -370,7 +405,7 @@ def test_ghost_text_accept_word_dismiss_status_and_verdicts(
         # Esc dismisses: nothing is inserted
         bench.page.keyboard.press("Escape")
         wait_for(bench.no_ghost, 10, "the ghost text to go")
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         bench.page.keyboard.press("Enter")
         bench.type("y = ")
         bench.ghost()
@@ -438,14 +473,14 @@ def test_the_daemon_killed_mid_session_comes_back(vsix, tiny_settings, daemon_so
     with vscode(vsix, tmp_path, tiny_settings, {"b.py": "def f(a, b):\n    "}) as (server, bench):
         bench.open("b.py")
         wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         bench.type("return ")
         bench.ghost()
         bench.page.keyboard.press("Escape")
         pid = int(daemon_socket.with_name(daemon_socket.name + ".lock").read_text())
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         bench.page.keyboard.press("Enter")
         bench.type("z = ")
         assert bench.ghost(timeout=90)  # the relay started a new daemon; the same session
@@ -466,7 +501,7 @@ def test_the_embedded_pair_completes_in_vscode(vsix, daemon_socket, tmp_path):
     with vscode(vsix, tmp_path, settings, {"fib.py": FIBONACCI}) as (server, bench):
         bench.open("fib.py")
         wait_for(lambda: "codespec: ready" in bench.status(), 120, "the status bar to say ready")
-        bench.page.keyboard.press("Control+End")
+        bench.press("Control+End")
         bench.type("return ", delay=120)
         ghost = bench.ghost(timeout=300)  # the first request loads the model
         assert ghost.strip(), ghost
@@ -515,7 +550,8 @@ def test_ghost_text_beside_the_suggest_widget_with_default_settings(
             source = server.folder / "shapes.py"
             bench.open("shapes.py")
             wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status to say ready")
-            bench.page.keyboard.press("Control+End")
+            bench.until_vscode_asks()
+            bench.press("Control+End")
             bench.type("retu")
             wait_for(bench.widget_visible, 30, "the suggest widget")
             ghost = bench.ghost()
@@ -530,7 +566,7 @@ def test_ghost_text_beside_the_suggest_widget_with_default_settings(
             line = last_line(source)
             assert words(line).startswith(words("return" + rest)), (line, rest)
 
-            bench.page.keyboard.press("Control+End")
+            bench.press("Control+End")
             bench.page.keyboard.press("Enter")
             bench.type("retu")
             wait_for(bench.widget_visible, 30, "the suggest widget")
@@ -577,9 +613,10 @@ def test_tab_takes_what_is_on_screen_while_a_completion_streams(
             source = server.folder / "s.py"
             bench.open("s.py")
             wait_for(lambda: "codespec: ready" in bench.status(), 90, "ready")
+            bench.until_vscode_asks()
             bench.page.evaluate(RECORD_GHOSTS)
             for round_ in range(4):
-                bench.page.keyboard.press("Control+End")
+                bench.press("Control+End")
                 if round_:
                     bench.page.keyboard.press("Enter")
                 typed = f"v{round_} = "
@@ -641,7 +678,8 @@ def test_a_remote_engine_going_away_shows_and_comes_back(vsix, tiny_manifest, tm
         with vscode(vsix, tmp_path, settings, files) as (server, bench):
             bench.open("r.py")
             wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status to say ready")
-            bench.page.keyboard.press("Control+End")
+            bench.until_vscode_asks()
+            bench.press("Control+End")
             bench.type("return ")
             assert bench.ghost()
             proxy.mode = "drop"
