@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 LAYERS = [
     {"files", "memory", "languages", "machine"},
     {"stats", "engine", "quant"},
-    {"models", "stops", "generator", "pairs", "remote"},
+    {"models", "stops", "generator", "pairs", "remote", "workspace"},
     {"prompt", "draft_verdict"},
     {"runtime"},
     {"lookahead", "completion"},

@@ -414,6 +414,7 @@ def random_rows(rng, n: int) -> list[dict]:
             "shown": rng.choice([0, 1, 1]),
             "verdict": rng.choice([None, "accepted", "partial", "rejected"]),
             "accepted_chars": rng.randrange(0, 100),
+            "context": rng.choice(["", "workspace"]),
         }
         for name in ("queue_ms", "prefill_ms", "first_ms", "total_ms"):
             extra[name] = None if rng.random() < 0.2 else float(rng.randrange(0, 2000))
@@ -422,7 +423,7 @@ def random_rows(rng, n: int) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("by", ["language", "kind", "day"])
+@pytest.mark.parametrize("by", ["language", "kind", "day", "context"])
 @pytest.mark.parametrize(
     "since, language", [("all", None), ("3d", None), ("12h", None), ("all", "rust")]
 )
@@ -626,8 +627,8 @@ def test_the_status_line_shows_acceptance_since_the_daemon_started(tmp_path):
 
 
 def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
-    """A store an older codespec wrote (schema 1) gains the remote-engine columns on open,
-    by the reader as by the daemon, and its rows count as local ones."""
+    """A store an older codespec wrote (schema 1) gains the remote-engine and context columns
+    on open, by the reader as by the daemon, and its rows count as local, in-file ones."""
     path = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -637,7 +638,7 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     old = {
         k: v
         for k, v in row("old").items()
-        if k not in ("engine", "server_proposed", "server_accepted")
+        if k not in ("engine", "server_proposed", "server_accepted", "context")
     }
     conn.execute(
         f"INSERT INTO requests ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
@@ -646,8 +647,8 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     conn.commit()
     conn.close()
     reader = open_readonly(path)
-    assert reader.execute("SELECT engine, server_proposed FROM requests").fetchall() == [
-        ("local", 0)
+    assert reader.execute("SELECT engine, server_proposed, context FROM requests").fetchall() == [
+        ("local", 0, "")
     ]
     from codespec.stats.report import query
 

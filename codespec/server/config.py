@@ -53,6 +53,8 @@ class Settings:
     warm_delay_ms: int = setting(300, 0, 60000)  # how long they must rest first
     # next keystrokes computed ahead while idle (lookahead.py); 0: off
     look_ahead_keys: int = setting(8, 0, 32)
+    # definitions from the workspace folders' other files in the prompt (codespec/workspace)
+    workspace_context: bool = setting(True)
 
 
 def camel_case(name: str) -> str:

@@ -24,6 +24,8 @@ from ..files import parse_json
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
+from ..workspace.index import Workspaces
+from . import workspace
 from .config import Settings
 from .counters import worker_stats
 from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
@@ -68,6 +70,8 @@ class Daemon:
         record = store.put_request if store is not None else None
         self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s, record=record)
         self.sessions: dict[int, CodespecServer] = {}  # the live ones, by session id
+        # workspace indexes shared by the sessions; they pause while a request runs
+        self.workspaces = Workspaces(busy=self.worker.serving_request)
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
@@ -139,7 +143,12 @@ class Daemon:
                 writer.close()
                 return
         ls = create_session(
-            self.worker, self.settings, self.slot.ready, self.store, self.engine_status
+            self.worker,
+            self.settings,
+            self.slot.ready,
+            self.store,
+            self.engine_status,
+            self.workspaces,
         )
         session_id = ls.session.id
         self.sessions[session_id] = ls
@@ -150,6 +159,7 @@ class Daemon:
         finally:
             self.sessions.pop(session_id, None)
             self.worker.drop_session(session_id)
+            workspace.release(ls)
 
     def status_line(self) -> str:
         stats = worker_stats(self.worker)

@@ -20,6 +20,7 @@ from .config import merge
 from .counters import worker_stats
 from .jobs import inline_completion, schedule_warm
 from .state import open_document
+from .workspace import declare_folders
 
 if TYPE_CHECKING:  # session.py builds the server and registers these
     from .session import CodespecServer
@@ -40,6 +41,7 @@ def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
     if isinstance(experimental, dict) and experimental.get("codespecVerdicts") is True:
         state.ledger.client_reports_shown = True  # it sends codespec.didShow
     apply_settings(ls, params.initialization_options)
+    declare_folders(ls, params)
 
 
 async def on_initialized(ls: CodespecServer, params: types.InitializedParams) -> None:

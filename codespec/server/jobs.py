@@ -31,6 +31,7 @@ from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
 from .state import SessionState, open_document
 from .worker import ModelUnavailable
+from .workspace import context_files
 
 if TYPE_CHECKING:  # session.py builds the server and imports this module
     from .session import CodespecServer
@@ -70,7 +71,7 @@ async def inline_completion(
     offset = doc.offset_at(position, encoding)
     selected = selection_in(doc, params.context, offset, encoding)
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    place = place_at(state, doc, offset, completion_options(settings, invoked), selected)
+    place = place_at(ls, doc, offset, completion_options(settings, invoked), selected)
     syntax = decide_mode(place.cursor, invoked, settings.complete_mid_word)
     place.options.mode = apply_multiline_policy(syntax, settings.multiline)
     lead = selected.text if selected else ""  # the item's text starts with the menu item's
@@ -141,7 +142,7 @@ def completes_in(state: SessionState, doc: Document) -> bool:
 
 
 def place_at(
-    state: SessionState,
+    ls: CodespecServer,
     doc: Document,
     offset: int,
     options: CompletionOptions,
@@ -149,20 +150,24 @@ def place_at(
 ) -> Place:
     """The place a request at ``offset`` in ``doc`` asks about: the text either side (with the
     selected menu item in place of what it replaces), the other open documents of its
-    language, and how to tell that the document moved on since."""
+    language (and the workspace's definitions of names near the cursor: ``workspace.py``), and
+    how to tell that the document moved on since."""
+    state = ls.session
     prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
     if selected is not None:
         prefix = prefix[: len(prefix) - (offset - selected.start)] + selected.text
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
+    relative, definitions = context_files(ls, doc, prefix, suffix)
     return Place(
         session=state.id,
         uri=uri,
         version=doc.edits,
         cursor=cursor,
         options=options,
-        path=document_name(uri),
-        extra_files=other_documents(state, doc),
+        path=relative or document_name(uri),
+        extra_files=definitions + other_documents(state, doc),
+        context=("workspace",) if definitions else (),
         # closed (or reopened as another document): as good as edited since
         current_version=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
@@ -307,7 +312,7 @@ def schedule_warm(
         if state.documents.get(uri) is not doc or doc.edits != edits:
             return  # closed or edited again meanwhile: that edit scheduled its own warm-up
         options = completion_options(settings, invoked=False)
-        ls.worker.warm(WarmJob.at(place_at(state, doc, offset, options), shown_next=shown_next))
+        ls.worker.warm(WarmJob.at(place_at(ls, doc, offset, options), shown_next=shown_next))
 
     loop = asyncio.get_running_loop()
     delay_ms = settings.warm_delay_ms if delay_ms is None else delay_ms

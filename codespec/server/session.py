@@ -25,7 +25,8 @@ from pygls.protocol.language_server import lsp_method
 
 from ..stats.store import Store
 from ..stats.verdicts import Ledger
-from . import handlers
+from ..workspace.index import Workspaces
+from . import handlers, workspace
 from .config import Settings
 from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
@@ -57,6 +58,7 @@ class CodespecServer(LanguageServer):
         store: Store | None = None,
         model_ready: threading.Event | None = None,
         engine_status: dict | None = None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
         self.session = state
@@ -66,6 +68,7 @@ class CodespecServer(LanguageServer):
         # the daemon's engine state, shared by every session: {"state", "message"}
         self.engine_status = engine_status if engine_status is not None else {"state": "ready"}
         self.protocol.session = state
+        self.workspaces = workspaces  # the daemon's workspace indexes (None: no workspace context)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls would show the editor a message with Python exception text; log it instead
@@ -95,9 +98,9 @@ class CodespecProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
-        self.session.documents[item.uri] = Document(
-            item.uri, item.text, item.version, item.language_id or ""
-        )
+        doc = Document(item.uri, item.text, item.version, item.language_id or "")
+        self.session.documents[item.uri] = doc
+        workspace.document_opened(self._server, doc)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
@@ -144,7 +147,9 @@ class CodespecProtocol(LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         state = self.session
-        state.documents.pop(uri, None)
+        if (closed := state.documents.pop(uri, None)) is not None:
+            workspace.document_opened(self._server, closed)  # its last text, as the editor had it
+        state.context_memory.pop(uri, None)
         state.anchors.pop(uri, None)
         state.shown.pop(uri, None)
         state.ledger.document_closed(uri)
@@ -178,12 +183,13 @@ def create_session(
     model_ready: threading.Event | None = None,
     store: Store | None = None,
     engine_status: dict | None = None,
+    workspaces: Workspaces | None = None,
 ) -> CodespecServer:
     """A fresh server for one connection, with codespec's handlers (``handlers.py``)."""
     state = SessionState(settings=defaults)
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
-    ls = CodespecServer(state, worker, store, model_ready, engine_status)
+    ls = CodespecServer(state, worker, store, model_ready, engine_status, workspaces)
     handlers.register(ls)
     return ls
 

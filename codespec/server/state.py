@@ -30,6 +30,13 @@ class SessionState:
     ledger: Ledger = field(default_factory=lambda: Ledger(lambda _id, _fields: None))
     warm_timers: dict = field(default_factory=dict)  # uri -> asyncio.TimerHandle
     too_large_logged: set = field(default_factory=set)
+    # the workspace folders the client declared at initialize (local paths), whether it trusts
+    # them, their indexes once acquired (``workspace.index.Workspaces``), and per document the
+    # context chunks its last prompt held (``workspace.context.ContextMemory``)
+    folders: tuple[str, ...] = ()
+    workspace_trusted: bool = True
+    indexes: list | None = None
+    context_memory: dict = field(default_factory=dict)
 
 
 def open_document(state: SessionState, uri: Any) -> Document:

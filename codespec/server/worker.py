@@ -94,6 +94,10 @@ class Worker:
 
     # -- called from the LSP side -------------------------------------------------------------
 
+    def serving_request(self) -> bool:
+        """Whether a request (not a warm-up) is running now: background work waits meanwhile."""
+        return isinstance(self.running, Job)
+
     def submit(self, job: Job) -> Future:
         with self.cond:
             previous = self.latest.get((job.session, job.uri))
@@ -190,6 +194,7 @@ class Worker:
                     job.timing,
                     result.text if result is not None else "",
                     result.stats if result is not None else None,
+                    context=job.context,
                 )
             )
         except Exception as exc:

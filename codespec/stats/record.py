@@ -54,8 +54,11 @@ REQUEST_COLUMNS: dict[str, str] = {
     "engine": "TEXT NOT NULL DEFAULT 'local'",  # local | remote
     "server_proposed": "INTEGER NOT NULL DEFAULT 0",  # draft tokens the server verified
     "server_accepted": "INTEGER NOT NULL DEFAULT 0",
+    # added in schema 3: the context sources the prompt held beyond the file ("workspace")
+    "context": "TEXT NOT NULL DEFAULT ''",
 }
 ADDED_IN_2 = ("engine", "server_proposed", "server_accepted")
+ADDED_IN_3 = ("context",)
 VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
 MAX_LABEL = 64  # a languageId is a label, not a place to store text
 
@@ -99,6 +102,7 @@ def request_row(
     text: str = "",
     stats: object | None = None,
     wall_time: float | None = None,
+    context: tuple[str, ...] = (),
 ) -> dict:
     """The store's row for one request; ``stats`` is the engine's ``GenerationStats`` when the
     model ran."""
@@ -110,6 +114,7 @@ def request_row(
         "kind": kind,
         "trigger": trigger,
         "outcome": outcome,
+        "context": ",".join(context),
         "chars": len(text),
         "lines": text.count("\n") + 1 if text else 0,
         "queue_ms": timing.ms(timing.arrived, timing.started),

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from .record import REQUEST_COLUMNS
 from .summary import percentiles, proposer, ratio, summaries
 
-GROUPINGS = ("language", "kind", "day")
+GROUPINGS = ("language", "kind", "day", "context")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -90,6 +90,9 @@ def group_key(row: dict, by: str) -> str:
         return f"{row['kind']}/{row['trigger']}"
     if by == "day":
         return time.strftime("%Y-%m-%d", time.localtime(row["t"]))
+    if by == "context":  # acceptance with and without workspace context, per language
+        sources = row.get("context") or ""
+        return f"{row['language']} {'workspace' if 'workspace' in sources else 'in-file'}"
     return row["language"]
 
 

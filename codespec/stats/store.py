@@ -38,10 +38,10 @@ from typing import Any
 
 import platformdirs
 
-from .record import ADDED_IN_2, REQUEST_COLUMNS, VERDICT_COLUMNS
+from .record import ADDED_IN_2, ADDED_IN_3, REQUEST_COLUMNS, VERDICT_COLUMNS
 
 log = logging.getLogger("codespec.stats")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 COMMIT_EVERY_S = 1.0
 PRUNE_EVERY_S = 3600.0
 DEFAULT_RETENTION_DAYS = 90
@@ -55,13 +55,16 @@ MIGRATIONS: dict[int, list[str]] = {
     1: [
         "CREATE TABLE requests ("
         + ", ".join(
-            f"{name} {kind}" for name, kind in REQUEST_COLUMNS.items() if name not in ADDED_IN_2
+            f"{name} {kind}"
+            for name, kind in REQUEST_COLUMNS.items()
+            if name not in ADDED_IN_2 + ADDED_IN_3
         )
         + ")",
         "CREATE INDEX requests_t ON requests (t)",
         "CREATE INDEX requests_language_t ON requests (language, t)",
     ],
     2: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_2],
+    3: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_3],
 }
 
 

@@ -366,7 +366,12 @@ function config(): vscode.WorkspaceConfiguration {
 /** Tell the server this client reports `codespec.didShow` (lsp/PROTOCOL.md, "Verdicts"). */
 const verdictsCapability: StaticFeature = {
   fillClientCapabilities(capabilities) {
-    capabilities.experimental = { ...(capabilities.experimental as object | undefined), codespecVerdicts: true };
+    capabilities.experimental = {
+      ...(capabilities.experimental as object | undefined),
+      codespecVerdicts: true,
+      // an untrusted workspace's files are not read (lsp/PROTOCOL.md, "What the daemon reads")
+      codespecWorkspaceTrusted: vscode.workspace.isTrusted,
+    };
   },
   initialize() {},
   getState() {
@@ -441,6 +446,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("codespec.showStats", () => cs.showStats()),
     vscode.commands.registerCommand("codespec.showStatus", () => cs.showStatus()),
     vscode.workspace.onDidChangeConfiguration((event) => cs.configurationChanged(event)),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void cs.restart()), // now its files may be read
     vscode.window.onDidChangeActiveTextEditor(() => cs.render()),
     vscode.window.onDidChangeTextEditorSelection((event) => {
       void cs.ghost.updateContext();

@@ -24,6 +24,7 @@ export const SERVER_SETTINGS = [
   "stopRules",
   "speculate",
   "completeMidWord",
+  "workspaceContext",
 ] as const;
 
 /** The server's settings out of the `codespec.*` configuration (`get` reads one key). */

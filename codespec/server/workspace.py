@@ -1,0 +1,132 @@
+"""A session's workspace: the folders its client declared, their indexes (shared through the
+daemon's ``workspace.index.Workspaces``), and the cross-file context a request gets from them.
+
+The index reads files from disk only below the declared folders and only while the
+``workspaceContext`` setting is on and the client has not said the folders are untrusted
+(``lsp/PROTOCOL.md``, "What the daemon reads"). Documents the client opens are indexed from the
+client's text, not the disk's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from ..workspace.context import ContextMemory, as_files, choose_chunks
+from ..workspace.index import WorkspaceIndex
+from ..workspace.reading import language_of
+from .documents import Document
+
+if TYPE_CHECKING:
+    from .session import CodespecServer
+
+log = logging.getLogger("codespec.session")
+MAX_FOLDERS = 8  # folders one session may declare; more are ignored
+# Of the extra-context token budget, the share workspace definitions may take (the rest is left
+# to the other open documents), counted in characters at a cautious characters per token.
+WORKSPACE_SHARE = 0.5
+CHARS_PER_TOKEN = 3
+
+
+def local_path(uri: Any) -> str | None:
+    """The local path of a ``file:`` URI, or None for anything else."""
+    if not isinstance(uri, str):
+        return None
+    parsed = urlparse(uri)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    path = unquote(parsed.path)
+    return path if path.startswith("/") and "\0" not in path else None
+
+
+def declare_folders(ls: CodespecServer, params: Any) -> None:
+    """Remember the workspace folders ``initialize`` declared (``workspaceFolders``, else
+    ``rootUri``, else ``rootPath``) and whether the client trusts them."""
+    state = ls.session
+    folders = [f.uri for f in (getattr(params, "workspace_folders", None) or [])]
+    if not folders and getattr(params, "root_uri", None):
+        folders = [params.root_uri]
+    paths = [local_path(uri) for uri in folders]
+    if not folders and isinstance(getattr(params, "root_path", None), str):
+        paths = [params.root_path if params.root_path.startswith("/") else None]
+    state.folders = tuple(dict.fromkeys(p for p in paths if p))[:MAX_FOLDERS]
+    experimental = params.capabilities.experimental
+    if isinstance(experimental, dict) and experimental.get("codespecWorkspaceTrusted") is False:
+        state.workspace_trusted = False
+
+
+def indexes(ls: CodespecServer) -> list[WorkspaceIndex]:
+    """The session's indexes, acquired on first use; [] while workspace context is off."""
+    state = ls.session
+    if not state.settings.workspace_context or not state.workspace_trusted:
+        return []
+    if ls.workspaces is None or not state.folders:
+        return []
+    if state.indexes is None:
+        acquired = (ls.workspaces.acquire(folder) for folder in state.folders)
+        state.indexes = [index for index in acquired if index is not None]
+    return state.indexes
+
+
+def release(ls: CodespecServer) -> None:
+    """The session ended: its indexes go when no other session uses them."""
+    state = ls.session
+    if ls.workspaces is not None and state.indexes:
+        for index in state.indexes:
+            ls.workspaces.release(index)
+    state.indexes = None
+
+
+def place_in(ls: CodespecServer, uri: str) -> tuple[WorkspaceIndex, str] | None:
+    """The index a document belongs to and its path relative to that index's root."""
+    path = local_path(uri)
+    if path is None:
+        return None
+    for index in indexes(ls):
+        relative = index.relative(path)
+        if relative is not None:
+            return index, relative
+    return None
+
+
+def context_files(
+    ls: CodespecServer, doc: Document, prefix: str, suffix: str
+) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """For a request in ``doc``: its path as the prompt shows it (relative to its workspace
+    folder; None outside one) and the workspace definitions worth its prefill."""
+    state = ls.session
+    found = place_in(ls, doc.uri)
+    if found is None:
+        return None, ()
+    index, relative = found
+    budget = int(state.settings.extra_context_tokens * WORKSPACE_SHARE * CHARS_PER_TOKEN)
+    memory = state.context_memory.setdefault(doc.uri, ContextMemory())
+    language = language_of(relative) or doc.language_id
+    chunks = choose_chunks(index, relative, language, prefix, suffix, budget, memory)
+    return relative, as_files(chunks)
+
+
+def document_opened(ls: CodespecServer, doc: Document) -> None:
+    """Index an opened (or closed) document from the editor's text, off the event loop."""
+    found = place_in(ls, doc.uri)
+    if found is None or doc.too_large:
+        return
+    index, relative = found
+    language = language_of(relative)
+    if language is None:
+        return
+    text = doc.text
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.run_in_executor(None, _put, index, relative, language, text)
+
+
+def _put(index: WorkspaceIndex, relative: str, language: str, text: str) -> None:
+    try:
+        index.put(relative, language, text)
+    except Exception:  # a document that breaks the indexer must not break the session
+        log.exception("indexing an open document failed")

@@ -1,0 +1,176 @@
+"""The workspace index: per workspace folder, what each source file defines and which names it
+uses, built in the background and kept up to date from the editors' documents.
+
+One index per folder, shared by every session that declared it (``Workspaces``), built once
+on a thread of its own at the lowest CPU priority, and pausing while the model works on a
+request (``busy``): a completion never waits for indexing. Files come from ``reading`` (what
+may be read and what is skipped); the memory it holds is the files' text plus their
+definitions, within ``ReadLimits.max_total_bytes`` of text (``docs/workspace.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .reading import ReadLimits, walk_sources
+from .symbols import Definition, definitions, identifiers
+
+log = logging.getLogger("codespec.workspace")
+BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
+
+
+@dataclass(frozen=True)
+class IndexedFile:
+    relative: str
+    language: str
+    text: str
+    definitions: tuple[Definition, ...]
+    names: frozenset[str]  # identifiers used anywhere in it
+
+
+@dataclass
+class WorkspaceIndex:
+    """One workspace folder's index. Readers take a consistent view without locking: entries
+    are replaced whole, never changed in place."""
+
+    root: Path
+    limits: ReadLimits = field(default_factory=ReadLimits)
+    files: dict[str, IndexedFile] = field(default_factory=dict)
+    by_name: dict[str, tuple[tuple[str, Definition], ...]] = field(default_factory=dict)
+    ready: threading.Event = field(default_factory=threading.Event)
+    build_s: float = 0.0
+    stopped: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def build(self, busy: Callable[[], bool] = lambda: False) -> None:
+        """Read and index every allowed file below the root (the caller's thread)."""
+        started = time.monotonic()
+
+        def keep_going() -> bool:
+            while busy() and not self.stopped:
+                time.sleep(BUSY_POLL_S)
+            return not self.stopped
+
+        for source in walk_sources(self.root, self.limits, keep_going):
+            if source.relative not in self.files:  # an editor's newer text came first
+                self.put(source.relative, source.language, source.text)
+        self.build_s = time.monotonic() - started
+        self.ready.set()
+        log.info(
+            "workspace %s indexed: %d files, %d definitions in %.1f s",
+            self.root,
+            len(self.files),
+            sum(len(f.definitions) for f in self.files.values()),
+            self.build_s,
+        )
+
+    def put(self, relative: str, language: str, text: str) -> None:
+        """Index ``text`` as the file ``relative`` (read from disk, or an editor's document)."""
+        if len(text) > self.limits.max_file_bytes:
+            self.remove(relative)
+            return
+        entry = IndexedFile(
+            relative,
+            language,
+            text,
+            tuple(definitions(language, text)),
+            frozenset(identifiers(text)),
+        )
+        with self._lock:
+            old = self.files.get(relative)
+            self.files[relative] = entry
+            changed = {d.name for d in entry.definitions}
+            if old is not None:
+                changed |= {d.name for d in old.definitions}
+            for name in changed:
+                kept = tuple(p for p in self.by_name.get(name, ()) if p[0] != relative)
+                kept += tuple((relative, d) for d in entry.definitions if d.name == name)
+                if kept:
+                    self.by_name[name] = kept
+                else:
+                    self.by_name.pop(name, None)
+
+    def remove(self, relative: str) -> None:
+        with self._lock:
+            old = self.files.pop(relative, None)
+            for name in {d.name for d in old.definitions} if old else ():
+                kept = tuple(p for p in self.by_name.get(name, ()) if p[0] != relative)
+                if kept:
+                    self.by_name[name] = kept
+                else:
+                    self.by_name.pop(name, None)
+
+    def relative(self, path: str) -> str | None:
+        """``path`` (absolute) relative to the root, or None when it is not below it."""
+        try:
+            return Path(os.path.realpath(path)).relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def text_bytes(self) -> int:
+        return sum(len(f.text) for f in self.files.values())
+
+
+class Workspaces:
+    """The daemon's indexes, one per folder, shared by the sessions that declared it and
+    dropped when the last of them goes."""
+
+    def __init__(self, busy: Callable[[], bool] = lambda: False, limits: ReadLimits | None = None):
+        self.busy = busy
+        self.limits = limits or ReadLimits()
+        self.indexes: dict[Path, WorkspaceIndex] = {}
+        self.users: dict[Path, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, folder: str) -> WorkspaceIndex | None:
+        """The index of ``folder`` (a local path), built in the background on first use; None
+        for a folder that is not a readable directory."""
+        try:
+            root = Path(os.path.realpath(folder))
+            if not root.is_dir():
+                return None
+        except OSError:
+            return None
+        with self._lock:
+            index = self.indexes.get(root)
+            if index is None:
+                index = self.indexes[root] = WorkspaceIndex(root, self.limits)
+                thread = threading.Thread(
+                    target=self._build, args=(index,), name="codespec-index", daemon=True
+                )
+                thread.start()
+            self.users[root] = self.users.get(root, 0) + 1
+            return index
+
+    def release(self, index: WorkspaceIndex) -> None:
+        with self._lock:
+            left = self.users.get(index.root, 0) - 1
+            if left > 0:
+                self.users[index.root] = left
+                return
+            self.users.pop(index.root, None)
+            if self.indexes.get(index.root) is index:
+                del self.indexes[index.root]
+            index.stopped = True
+
+    def _build(self, index: WorkspaceIndex) -> None:
+        lowest_priority()
+        try:
+            index.build(self.busy)
+        except Exception:  # a bug here must not take the daemon down: no context, logged
+            log.exception("indexing %s failed", index.root)
+            index.ready.set()
+
+
+def lowest_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (Linux: niceness is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,207 @@
+"""What a source file defines, as a completion elsewhere wants to see it: names and their
+summaries (a function's signature and doc comment, a class's outline with its members'
+signatures and fields, never whole bodies), from the tag queries the grammar wheels ship
+(``queries/tags.scm``, the ones GitHub's code navigation uses).
+
+Parsers here are this module's own, one per thread: the index reads files on its own thread
+while the worker parses documents with ``languages.parse``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import textwrap
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import tree_sitter
+
+from ..languages import LANGUAGES
+
+# TypeScript's tag file names only what TypeScript adds; the rest is JavaScript's.
+TAG_FILES = {
+    "typescript": ("tree_sitter_javascript", "tree_sitter_typescript"),
+    "typescriptreact": ("tree_sitter_javascript", "tree_sitter_typescript"),
+}
+CLASS_KINDS = {"class", "interface", "type", "module"}
+MAX_SUMMARY_LINES = 24  # a class outline longer than this is cut
+MAX_DOC_LINES = 3
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    kind: str  # function | method | class | interface | type | constant | module | macro
+    line: int  # 0-based line of the definition
+    summary: str  # what a prompt shows of it
+
+
+@dataclass(frozen=True)
+class _Grammar:
+    language: Any
+    query: Any
+
+
+_local = threading.local()
+
+
+@cache
+def _grammar(language: str) -> _Grammar | None:
+    lang = LANGUAGES.get(language)
+    if lang is None or not lang.module:
+        return None
+    try:
+        grammar = tree_sitter.Language(
+            getattr(importlib.import_module(lang.module), lang.function)()
+        )
+        sources = []
+        for module in TAG_FILES.get(language, (lang.module,)):
+            tags = Path(importlib.import_module(module).__file__).parent / "queries" / "tags.scm"
+            if tags.is_file():
+                sources.append(tags.read_text(encoding="utf-8"))
+        return (
+            _Grammar(grammar, tree_sitter.Query(grammar, "\n".join(sources))) if sources else None
+        )
+    except (ImportError, AttributeError, ValueError, OSError, tree_sitter.QueryError):
+        return None
+
+
+def _parser(language: str, grammar: _Grammar) -> Any:
+    parsers = getattr(_local, "parsers", None)
+    if parsers is None:
+        parsers = _local.parsers = {}
+    if language not in parsers:
+        parsers[language] = tree_sitter.Parser(grammar.language)
+    return parsers[language]
+
+
+def definitions(language: str, text: str) -> list[Definition]:
+    """The definitions in ``text``, in file order ([] for a language without tag queries)."""
+    grammar = _grammar(language)
+    if grammar is None:
+        return []
+    source = text.encode("utf-8")
+    tree = _parser(language, grammar).parse(source)
+    found: dict[tuple[int, int], Definition] = {}
+    cursor = tree_sitter.QueryCursor(grammar.query)
+    for _, captures in cursor.matches(tree.root_node):
+        names = captures.get("name")
+        node = next(
+            (n for key, ns in captures.items() if key.startswith("definition.") for n in ns), None
+        )
+        if not names or node is None:
+            continue
+        kind = next(k for k in captures if k.startswith("definition.")).split(".", 1)[1]
+        name = source[names[0].start_byte : names[0].end_byte].decode("utf-8", "replace")
+        key = (node.start_byte, node.end_byte)
+        if key in found:
+            continue
+        summary = _summary(node, kind, source, language)
+        found[key] = Definition(name, kind, node.start_point[0], summary)
+    return sorted(found.values(), key=lambda d: d.line)
+
+
+def _summary(node: Any, kind: str, source: bytes, language: str) -> str:
+    """The definition with the bodies of the functions in it left out, its doc comment above
+    it (or a Python docstring's first lines), at most ``MAX_SUMMARY_LINES`` lines."""
+    start = _line_start(source, node.start_byte)
+    body = node.child_by_field_name("body")
+    if kind not in CLASS_KINDS and body is not None:
+        text = source[start : body.start_byte].decode("utf-8", "replace").rstrip()
+        doc = _docstring(body, source) if language == "python" else ""
+        text = text + ("\n" + doc if doc else (" ..." if language == "python" else " { ... }"))
+    else:
+        text = _elide_bodies(node, source, start, language)
+    lines = text.splitlines()
+    if len(lines) > MAX_SUMMARY_LINES:
+        lines = lines[:MAX_SUMMARY_LINES] + [
+            lines[0][: len(lines[0]) - len(lines[0].lstrip())] + "    ..."
+        ]
+    comment = _comment_above(source, start, LANGUAGES[language].line_comment)
+    return textwrap.dedent("\n".join(comment + lines))
+
+
+def _elide_bodies(node: Any, source: bytes, start: int, language: str) -> str:
+    """``node``'s text with the body of every function or method inside it replaced by
+    ``...``: a class's outline."""
+    cuts: list[tuple[int, int, str]] = []
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        body = (
+            child.child_by_field_name("body")
+            if "function" in child.type or "method" in child.type
+            else None
+        )
+        if body is not None and body.end_byte <= node.end_byte:
+            doc = _docstring(body, source) if language == "python" else ""
+            cuts.append(
+                (
+                    body.start_byte,
+                    body.end_byte,
+                    ("\n" + doc) if doc else (" ..." if language == "python" else " { ... }"),
+                )
+            )
+        else:
+            stack.extend(child.children)
+    out, at = [], start
+    for begin, end, filler in sorted(cuts):
+        if begin < at:
+            continue
+        out.append(source[at:begin].decode("utf-8", "replace").rstrip())
+        out.append(filler)
+        at = end
+    out.append(source[at : node.end_byte].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def _docstring(body: Any, source: bytes) -> str:
+    """A Python body's docstring, its first ``MAX_DOC_LINES`` lines, as written ("" if none)."""
+    first = body.named_children[0] if body.named_children else None
+    if first is None or first.type != "expression_statement" or not first.named_children:
+        return ""
+    string = first.named_children[0]
+    if string.type != "string":
+        return ""
+    indent = source[_line_start(source, first.start_byte) : first.start_byte].decode(
+        "utf-8", "replace"
+    )
+    lines = source[string.start_byte : string.end_byte].decode("utf-8", "replace").splitlines()
+    if len(lines) > MAX_DOC_LINES:
+        lines = lines[:MAX_DOC_LINES] + [lines[0][:3]]  # close the cut string with its quotes
+    return indent + ("\n".join(lines))
+
+
+def _comment_above(source: bytes, start: int, line_comment: str) -> list[str]:
+    """The comment lines right above ``start`` (at most ``MAX_DOC_LINES``, nearest kept)."""
+    lines = source[max(0, start - 2000) : start].decode("utf-8", "replace").split("\n")[:-1]
+    kept: list[str] = []
+    for line in reversed(lines):
+        stripped = line.strip()
+        if not stripped.startswith((line_comment, "*", "/*", "///")):
+            break
+        kept.insert(0, line)
+    return kept[-MAX_DOC_LINES:]
+
+
+def _line_start(source: bytes, offset: int) -> int:
+    return source.rfind(b"\n", 0, offset) + 1
+
+
+KEYWORDS = frozenset(
+    """and as assert async await break case catch class const continue def default del defer
+    do elif else enum except export extends false final finally fn for from func function go
+    if impl import in interface is lambda let loop match mod mut new nil none not null or
+    package pass pub raise return self static struct super switch this throw true try type
+    typeof use var void while with yield int str bool float string print len range""".split()
+)
+
+
+def identifiers(text: str) -> set[str]:
+    """The identifiers in ``text`` worth looking up: three characters or more, no keywords."""
+    return {w for w in IDENTIFIER.findall(text) if len(w) >= 3 and w.lower() not in KEYWORDS}

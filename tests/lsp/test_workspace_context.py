@@ -1,0 +1,87 @@
+"""Workspace context over real JSON-RPC against the shared daemon (tiny model): a session that
+declares a folder gets the definitions its other files hold in its prompts, and the stats say
+so (``codespec/stats`` by context); a session that turned it off, an untrusted folder, a
+document outside the folder or a folder that is not a local path get none."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lsp_helpers import SOCKET
+from rpc import RawClient, did_open, inline_request, unix_client
+
+pytestmark = pytest.mark.usefixtures("daemon")
+OPTIONS = {"stopRules": False, "maxTokens": 4, "warmAhead": False}
+TAX = 'def compute_total(items, tax_rate):\n    """Sum the items, with tax."""\n    return 0\n'
+MAIN = "from tax import compute_total\n\n\ndef run(items):\n    return compute_total(\n"
+
+
+def session(folders: list[str], options: dict = OPTIONS, **capabilities) -> RawClient:
+    client = unix_client(SOCKET)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "capabilities": capabilities,
+                "workspaceFolders": [{"uri": uri, "name": "w"} for uri in folders],
+                "initializationOptions": options,
+            },
+        }
+    )
+    assert "result" in client.reply_to("init")
+    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return client
+
+
+def counts(client: RawClient) -> dict[str, int]:
+    """Requests so far per "language context" group of the daemon's stats."""
+    client.send(
+        {"jsonrpc": "2.0", "id": "st", "method": "codespec/stats", "params": {"by": "context"}}
+    )
+    reply = client.reply_to("st")["result"]
+    return {g["key"]: g["requests"] for g in reply.get("groups", [])}
+
+
+def ask(client: RawClient, uri: str, n: int) -> None:
+    client.send(inline_request(f"q{n}", uri, 4, len("    return compute_total(")))
+    assert "result" in client.reply_to(f"q{n}")
+
+
+def test_definitions_from_the_folder_reach_the_prompt_only_where_allowed(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tax.py").write_text(TAX, encoding="utf-8")
+    main = project / "main.py"
+    main.write_text(MAIN, encoding="utf-8")
+    outside = tmp_path / "elsewhere.py"
+
+    client = session([project.as_uri()])
+    client.send(did_open(main.as_uri(), MAIN))
+    before = counts(client).get("python workspace", 0)
+    deadline = time.monotonic() + 30  # the index is built in the background
+    n = 0
+    while counts(client).get("python workspace", 0) == before:
+        assert time.monotonic() < deadline, "no request got workspace context"
+        ask(client, main.as_uri(), n := n + 1)
+        time.sleep(0.2)
+
+    def no_context(client: RawClient, uri: str, text: str = MAIN) -> None:
+        client.send(did_open(uri, text))
+        start = counts(client)
+        for m in range(2):
+            ask(client, uri, 100 + m)
+        end = counts(client)
+        assert end.get("python workspace", 0) == start.get("python workspace", 0)
+        assert end.get("python in-file", 0) == start.get("python in-file", 0) + 2
+
+    no_context(client, outside.as_uri())  # not below the declared folder
+    off = session([project.as_uri()], {**OPTIONS, "workspaceContext": False})
+    no_context(off, main.as_uri())
+    untrusted = session([project.as_uri()], experimental={"codespecWorkspaceTrusted": False})
+    no_context(untrusted, main.as_uri())
+    remote = session(["vscode-remote://ssh-remote+host" + str(project), "file://otherhost/x"])
+    no_context(remote, main.as_uri())
