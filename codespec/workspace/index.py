@@ -1,11 +1,11 @@
-"""The workspace index: per workspace folder, what each source file defines and which names it
-uses, built in the background and kept up to date from the editors' documents.
+"""The workspace index: per workspace folder, what each source file defines, built in the
+background and kept up to date from the editors' documents.
 
 One index per folder, shared by every session that declared it (``Workspaces``), built once
 on a thread of its own at the lowest CPU priority, and pausing while the model works on a
 request (``busy``): a completion never waits for indexing. Files come from ``reading`` (what
-may be read and what is skipped); the memory it holds is the files' text plus their
-definitions, within ``ReadLimits.max_total_bytes`` of text (``docs/workspace.md``).
+may be read and what is skipped); it holds the definitions' summaries, not the files' text,
+from at most ``ReadLimits.max_total_bytes`` of text read (``docs/workspace.md`` measures it).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .reading import ReadLimits, walk_sources
-from .symbols import Definition, definitions, identifiers
+from .symbols import Definition, definitions
 
 log = logging.getLogger("codespec.workspace")
 BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
@@ -29,9 +29,8 @@ BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still 
 class IndexedFile:
     relative: str
     language: str
-    text: str
+    chars: int  # the file's length (its text is not kept)
     definitions: tuple[Definition, ...]
-    names: frozenset[str]  # identifiers used anywhere in it
 
 
 @dataclass
@@ -75,13 +74,7 @@ class WorkspaceIndex:
         if len(text) > self.limits.max_file_bytes:
             self.remove(relative)
             return
-        entry = IndexedFile(
-            relative,
-            language,
-            text,
-            tuple(definitions(language, text)),
-            frozenset(identifiers(text)),
-        )
+        entry = IndexedFile(relative, language, len(text), tuple(definitions(language, text)))
         with self._lock:
             old = self.files.get(relative)
             self.files[relative] = entry
@@ -114,7 +107,7 @@ class WorkspaceIndex:
             return None
 
     def text_bytes(self) -> int:
-        return sum(len(f.text) for f in self.files.values())
+        return sum(f.chars for f in self.files.values())
 
 
 class Workspaces:

@@ -51,7 +51,7 @@ class ReadLimits:
 
     max_file_bytes: int = 256 * 1024
     max_files: int = 10_000
-    max_total_bytes: int = 64 * 1024 * 1024
+    max_total_bytes: int = 32 * 1024 * 1024
     max_entries: int = 200_000  # directory entries looked at, files and folders together
 
 

@@ -200,8 +200,3 @@ KEYWORDS = frozenset(
     package pass pub raise return self static struct super switch this throw true try type
     typeof use var void while with yield int str bool float string print len range""".split()
 )
-
-
-def identifiers(text: str) -> set[str]:
-    """The identifiers in ``text`` worth looking up: three characters or more, no keywords."""
-    return {w for w in IDENTIFIER.findall(text) if len(w) >= 3 and w.lower() not in KEYWORDS}
