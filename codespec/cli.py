@@ -182,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--docs-from", default=None, metavar="FILE", help="docs from a saved JSON")
     b.add_argument("--fetch", action="store_true", help="download the npm/Debian sources first")
     b.add_argument(
+        "--repo",
+        action="store_true",
+        help="holes that need other files of their package: in-file context against workspace "
+        "context, side by side (--per-kind holes per language)",
+    )
+    b.add_argument(
         "--holes-from", default=None, metavar="FILE", help="rerun the holes of a saved JSON"
     )
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")

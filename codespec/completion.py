@@ -45,6 +45,8 @@ class CompletionOptions:
     suffix_tokens: int = 256
     extra_tokens: int = 1024
     prompt_seconds: float = 0.0  # > 0: shrink the windows to a prefill of about this long
+    # of that prefill, the share other files take when there are any (``sized_by_time``)
+    extra_share: float = 0.2
     look_ahead_keys: int = 0  # > 0: the daemon computes ahead this many next keystrokes
 
 
@@ -52,24 +54,28 @@ MIN_PREFIX_TOKENS = 96  # windows sized by time never shrink below these
 MIN_SUFFIX_TOKENS = 32
 
 
-def sized_by_time(options: CompletionOptions, prefill_rate: float | None) -> CompletionOptions:
+def sized_by_time(
+    options: CompletionOptions, prefill_rate: float | None, has_extra: bool = True
+) -> CompletionOptions:
     """Options whose prompt windows a cold prefill fills in about ``prompt_seconds`` on this
-    machine (``prefill_rate`` tokens/s, measured at load): 60 % prefix, 20 % suffix, 20 % other
-    files, each at most its configured size and at least a floor. The default 2.5 s fits a
-    warm-up into a 3 s pause (after its 0.3 s delay); see docs/benchmarks.md for what smaller
-    windows cost in exact match."""
+    machine (``prefill_rate`` tokens/s, measured at load): ``extra_share`` for other files
+    (none when there are none: ``has_extra``), the rest 3:1 between prefix and suffix, each at
+    most its configured size and at least a floor. The default 2.5 s fits a warm-up into a 3 s
+    pause (after its 0.3 s delay); see docs/benchmarks.md for what smaller windows cost in
+    exact match."""
     if options.prompt_seconds <= 0 or not prefill_rate:
         return options
     total = prefill_rate * options.prompt_seconds
+    extra_share = min(max(options.extra_share, 0.0), 0.8) if has_extra else 0.0
 
     def within(share: float, floor: int, cap: int) -> int:
-        return max(min(int(share * total), cap), min(floor, cap))
+        return max(min(round(share * total), cap), min(floor, cap))
 
     return replace(
         options,
-        prefix_tokens=within(0.6, MIN_PREFIX_TOKENS, options.prefix_tokens),
-        suffix_tokens=within(0.2, MIN_SUFFIX_TOKENS, options.suffix_tokens),
-        extra_tokens=within(0.2, 0, options.extra_tokens),
+        prefix_tokens=within(0.75 * (1 - extra_share), MIN_PREFIX_TOKENS, options.prefix_tokens),
+        suffix_tokens=within(0.25 * (1 - extra_share), MIN_SUFFIX_TOKENS, options.suffix_tokens),
+        extra_tokens=within(extra_share, 0, options.extra_tokens),
     )
 
 
@@ -172,7 +178,8 @@ def prompt_at(
         extra_files=extra_files,
         prefix_from=anchor.window_at if anchor is not None else None,
     )
-    budgets = within_context(sized_by_time(options, pair.engine.prefill_rate), pair)
+    sized = sized_by_time(options, pair.engine.prefill_rate, has_extra=bool(extra_files))
+    budgets = within_context(sized, pair)
     prompt, window_at = build_fim_prompt(
         pair.tokenizer,
         pair.manifest.tokens,

@@ -507,3 +507,53 @@ def test_every_round_starts_from_the_policy_state_of_the_first(
     assert pair.engine.policy.acceptance.context == "line"  # a rest-of-line completion's context
     assert all(context == "line" for context, _, _ in pair.engine.policy.acceptance.ngram)
     assert row["exact"]
+
+
+def test_repository_holes_use_a_name_only_another_file_defines(tmp_path):
+    """CrossCodeEval's construction on a real package layout: the removed text starts at a use
+    (in code, not in a string, comment or import) of a name another file of the package
+    defines and the file itself does not."""
+    from codespec.bench.repo import cut_repo_holes
+    from codespec.bench.sources import Package, SourceSpec
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    padding = "".join(
+        f"# filler line {n} so the file is long enough to sample\n" for n in range(40)
+    )
+    (pkg / "billing.py").write_text(
+        padding + "def compute_total(items, tax_rate):\n    return sum(items) * (1 + tax_rate)\n"
+    )
+    (pkg / "main.py").write_text(
+        "from billing import compute_total\n" + padding
+        + "# compute_total is documented elsewhere\n"
+        + "def run(items):\n    label = 'compute_total(items)'\n"
+        + "    return compute_total(items, tax_rate=0.2)\n"
+    )  # fmt: skip
+    package = Package(SourceSpec("site-packages", "pkg", "python", "pkg"), "1", tmp_path)
+    holes = cut_repo_holes([package], "python", 5, seed=1)
+    assert [(h.relative, h.name, h.hole.truth) for h in holes] == [
+        ("main.py", "compute_total", "compute_total(items, tax_rate=0.2)")
+    ]
+    hole = holes[0].hole
+    assert hole.prefix.endswith("    return ") and hole.suffix == "\n"
+
+
+def test_bench_repo_end_to_end(tiny_manifest, tmp_path):
+    """`codespec bench --repo` on the tiny model: every hole completed in both modes, the
+    workspace mode's prompt holding the definitions the in-file one lacks."""
+    out = tmp_path / "repo.json"
+    cmd = [sys.executable, "-m", "codespec", "bench", "--pair", str(tiny_manifest), "--repo"]
+    cmd += ["--languages", "python", "--per-kind", "3", "--max-tokens", "4", "--json", str(out)]
+    env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "EM in-file" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["summary"]["all"]["holes"] == len(result["holes"]) == 3
+    with_context = [h for h in result["holes"] if h["chunks"]]
+    assert with_context, "no repository hole got workspace context"
+    for hole in with_context:
+        assert hole["workspace"]["prompt_tokens"] > hole["in-file"]["prompt_tokens"]
+    for hole in result["holes"]:
+        assert set(hole["in-file"]) >= {"exact_match", "edit_similarity", "parse_ok", "ms"}

@@ -142,6 +142,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
         holes, present, missing = holes_from(Path(args.holes_from), corpus_dir)
         languages = sorted({h.language for h in holes})
         kinds = [k for k in corpus.KINDS if any(h.kind == k for h in holes)]
+    elif getattr(args, "repo", False):
+        return run_repo_mode(args, corpus_dir, languages, per_kind, max_tokens, log)
     else:
         holes, present, missing = cut_corpus(corpus_dir, languages, kinds, per_kind, args.seed)
     for line in missing:
@@ -220,6 +222,36 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
+def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: int, log) -> dict:
+    """``--repo``: repository holes, in-file context against workspace context (``repo.py``)."""
+    from ..runtime import load_pair
+    from .repo import run_repo
+
+    present = sources.packages(corpus_dir, set(languages))
+    pair = load_pair(
+        args.pair, device=args.device, draft_mode=args.draft, progress=log, quantize=args.quantize
+    )
+    settings = BenchSettings(max_tokens=max_tokens)
+    if args.prompt_seconds is not None:
+        settings = replace(settings, prompt_seconds=args.prompt_seconds)
+    log(f"{machine.cpu_kind()}: prefill {pair.engine.prefill_rate:.0f} tokens/s")
+    result = run_repo(pair, present, languages, per_kind, args.seed, settings, log=log)
+    return dict(
+        command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        model=pair.model_label,
+        settings=dict(
+            seed=args.seed,
+            languages=languages,
+            per_language=per_kind,
+            max_tokens=max_tokens,
+            prompt_seconds=settings.prompt_seconds,
+            prefill_tokens_per_s=pair.engine.prefill_rate,
+        ),
+        **result,
+    )
+
+
 def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> dict:
     """``--engine``: the holes as concurrent editors against serving engines
     (``concurrency.py``); nothing runs locally but the tokenizer and the stop rules."""
@@ -294,10 +326,13 @@ def main(args: argparse.Namespace) -> int:
     except BenchError as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)
         return 2
-    if "concurrency" in result:
-        from .concurrency import table
+    if "concurrency" in result or "summary" in result:  # --engine, --repo
+        if "summary" in result:
+            from .repo import table
+        else:
+            from .concurrency import table
 
-        print(table(result["concurrency"]))
+        print(table(result.get("summary") or result["concurrency"]))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1))
             print(f"wrote {args.json}")

@@ -26,6 +26,7 @@ from ..completion import CompletionOptions
 from ..languages import language_for
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
+from ..workspace.context import EXTRA_SHARE_WITH_DEFINITIONS
 from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
@@ -159,6 +160,8 @@ def place_at(
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
     relative, definitions = context_files(ls, doc, prefix, suffix)
+    if definitions:
+        options.extra_share = EXTRA_SHARE_WITH_DEFINITIONS
     return Place(
         session=state.id,
         uri=uri,

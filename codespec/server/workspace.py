@@ -14,7 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from ..workspace.context import ContextMemory, as_files, choose_chunks
+from ..workspace.context import (
+    CHARS_PER_TOKEN,
+    WORKSPACE_SHARE,
+    ContextMemory,
+    as_files,
+    choose_chunks,
+)
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import language_of
 from .documents import Document
@@ -24,10 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("codespec.session")
 MAX_FOLDERS = 8  # folders one session may declare; more are ignored
-# Of the extra-context token budget, the share workspace definitions may take (the rest is left
-# to the other open documents), counted in characters at a cautious characters per token.
-WORKSPACE_SHARE = 0.5
-CHARS_PER_TOKEN = 3
 
 
 def local_path(uri: Any) -> str | None:

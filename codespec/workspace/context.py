@@ -32,6 +32,14 @@ FAMILIES = {
     "cpp": {"c", "cpp"},
 }
 TYPED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+# Of the extra-context token budget, the share workspace definitions may take (the rest is left
+# to the other open documents), counted in characters at a cautious characters per token.
+WORKSPACE_SHARE = 0.5
+CHARS_PER_TOKEN = 3
+# With workspace definitions in it, the prompt's other files take this share of a prompt sized
+# by time (``completion.sized_by_time``) instead of the usual: a definition is worth more of a
+# slow CPU's prefill than the far end of the prefix (``docs/workspace.md``, "Measured").
+EXTRA_SHARE_WITH_DEFINITIONS = 0.4
 
 
 @dataclass(frozen=True)

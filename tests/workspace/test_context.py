@@ -157,3 +157,21 @@ def test_documents_replace_what_the_disk_said_and_indexes_are_shared(tmp_path):
     workspaces.release(two)
     assert one.stopped and workspaces.indexes == {}
     assert workspaces.acquire(str(tmp_path / "missing")) is None
+
+
+def test_a_prompt_sized_by_time_gives_its_other_files_their_share_and_no_more():
+    """The same time budget either way: without other files the prefix and suffix take all of
+    it; with workspace definitions the other files take the larger share they are given."""
+    from codespec.completion import CompletionOptions, sized_by_time
+    from codespec.workspace.context import EXTRA_SHARE_WITH_DEFINITIONS
+
+    options = CompletionOptions(prompt_seconds=10.0)  # 1,000 tokens at 100 tokens/s
+    alone = sized_by_time(options, 100.0, has_extra=False)
+    usual = sized_by_time(options, 100.0)
+    rich = sized_by_time(
+        CompletionOptions(prompt_seconds=10.0, extra_share=EXTRA_SHARE_WITH_DEFINITIONS), 100.0
+    )
+    assert (alone.prefix_tokens, alone.suffix_tokens, alone.extra_tokens) == (750, 250, 0)
+    assert (usual.prefix_tokens, usual.suffix_tokens, usual.extra_tokens) == (600, 200, 200)
+    assert (rich.prefix_tokens, rich.suffix_tokens, rich.extra_tokens) == (450, 150, 400)
+    assert sized_by_time(CompletionOptions(), 100.0) == CompletionOptions()  # no budget: as set

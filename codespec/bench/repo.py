@@ -1,0 +1,237 @@
+"""`codespec bench --repo`: holes that need the repository, with and without workspace context.
+
+A hole here is cut as CrossCodeEval cuts its holes: in a file of a multi-file package, at a
+use of a name that another file of the same package defines (and this file does not), the rest
+of that line is removed. The package's files are the workspace (the hole's own file as the
+editor would hold it: its text without the removed part), indexed by the daemon's own
+``workspace`` code. Each hole is completed twice on the same pair, greedy, at the same time
+budget: in-file context only, and with the definitions ``workspace.context`` chooses.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..completion import complete, sized_by_time
+from ..languages import LANGUAGES, has_syntax_error, parse
+from ..workspace.context import (
+    CHARS_PER_TOKEN,
+    EXTRA_SHARE_WITH_DEFINITIONS,
+    WORKSPACE_SHARE,
+    as_files,
+    choose_chunks,
+)
+from ..workspace.index import WorkspaceIndex
+from ..workspace.reading import ReadLimits, language_of
+from ..workspace.symbols import KEYWORDS
+from .corpus import Hole, make_hole
+from .runner import BenchSettings, cursor_of, options_for, quality
+from .sources import Package, source_files
+
+MAX_REPO_FILES = 300  # a "repository" is the largest folder around the file with at most these
+MIN_REST_CHARS = 6  # a hole's removed text is at least this long
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MODES = ("in-file", "workspace")
+
+
+@dataclass
+class RepoHole:
+    hole: Hole
+    root: Path  # the repository: the folder whose files are the workspace
+    relative: str  # the hole's file below ``root``
+    name: str  # the name defined in another file that the removed text starts with
+
+
+def repo_root(path: Path, base: Path) -> Path:
+    """The largest folder from ``path``'s own up to ``base`` holding at most
+    ``MAX_REPO_FILES`` source files of its language (a Go or Java package is one folder; a
+    Python or npm package a tree)."""
+    root = path.parent
+    while root != base and base in root.parents:
+        parent = root.parent
+        if sum(1 for p in parent.rglob("*") if language_of(p.name)) > MAX_REPO_FILES:
+            break
+        root = parent
+    return root
+
+
+def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int) -> list[RepoHole]:
+    """Up to ``count`` holes in ``language``, one per file, each at a use of a name that only
+    other files of its repository define."""
+    rng = random.Random(f"{seed}/repo/{language}")
+    lang = LANGUAGES[language]
+    files = [(p, f) for p in packages if p.spec.language == language for f in source_files(p)]
+    rng.shuffle(files)
+    indexes: dict[Path, WorkspaceIndex] = {}
+    holes: list[RepoHole] = []
+    for package, path in files:
+        if len(holes) >= count:
+            break
+        base = package.root / package.spec.under if package.spec.under else package.root
+        root = repo_root(path, base)
+        if root not in indexes:
+            indexes[root] = index = WorkspaceIndex(root, ReadLimits(max_files=MAX_REPO_FILES))
+            index.build()
+        index = indexes[root]
+        relative = path.relative_to(root).as_posix()
+        if len(index.files) < 2 or relative not in index.files:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "\r" in text or has_syntax_error(lang, text) is not False:
+            continue
+        own = {d.name for d in index.files[relative].definitions}
+        tree = parse(lang, text)
+        source = text.encode("utf-8")
+        uses = []
+        for match in NAME.finditer(text):
+            name = match.group()
+            found = index.by_name.get(name, ())
+            elsewhere = [p for p, _ in found if p != relative]
+            if name in own or not elsewhere or len(elsewhere) > 3 or len(name) < 3:
+                continue
+            if name.lower() in KEYWORDS:
+                continue
+            at = len(text[: match.start()].encode("utf-8"))
+            node = tree.root_node.descendant_for_byte_range(at, at + len(name.encode("utf-8")))
+            if node is None or not node.type.endswith("identifier") or source[at - 1 : at] == b"@":
+                continue  # in a string or a comment, or a decorator: not code that uses it
+            end = text.find("\n", match.start())
+            end = len(text) if end < 0 else end
+            rest = text[match.start() : end]
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            before = text[line_start : match.start()]
+            if len(rest.strip()) < MIN_REST_CHARS or lang.line_comment in before:
+                continue
+            if before.lstrip().startswith(("import ", "from ", "use ", "package ", "#include")):
+                continue  # an import names the file it comes from: not the case to measure
+            uses.append((match.start(), end, name))
+        if not uses:
+            continue
+        start, end, name = rng.choice(uses)
+        hole = make_hole(text, (start, end), language, "repo", package, path)
+        holes.append(RepoHole(hole, root, relative, name))
+    return holes
+
+
+def run_repo_hole(pair, repo: RepoHole, settings: BenchSettings, index: WorkspaceIndex) -> dict:
+    """The hole completed in each mode; the index holds the hole's file as the editor would."""
+    hole = repo.hole
+    language = hole.language
+    original = index.files.get(repo.relative)
+    index.put(repo.relative, language, hole.prefix + hole.suffix)
+    in_file = options_for(hole, settings)
+    with_context = options_for(hole, settings, extra_share=EXTRA_SHARE_WITH_DEFINITIONS)
+    # the definitions chosen for the room the prompt gives them (as many as fit, best first)
+    room = sized_by_time(with_context, pair.engine.prefill_rate).extra_tokens
+    budget = int(min(room, with_context.extra_tokens * WORKSPACE_SHARE) * CHARS_PER_TOKEN)
+    try:
+        chunks = choose_chunks(index, repo.relative, language, hole.prefix, hole.suffix, budget)
+    finally:
+        if original is not None:
+            index.put(repo.relative, language, (repo.root / repo.relative).read_text("utf-8"))
+    row: dict = {"hole": hole.describe(), "name": repo.name, "chunks": len(chunks)}
+    for mode in MODES:
+        extra = as_files(chunks) if mode == "workspace" else ()
+        options = with_context if extra else in_file
+        started = time.perf_counter()
+        result = complete(pair, cursor_of(hole), options, path=repo.relative, extra_files=extra)
+        row[mode] = dict(
+            completion=result.text,
+            prompt_tokens=result.prompt_tokens,
+            prefill_tokens=result.stats.prefill_tokens if result.stats else 0,
+            ms=1000 * (time.perf_counter() - started),
+            **quality(hole, result.text),
+        )
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per language and overall: each mode's exact match, edit similarity, parse rate, prompt
+    tokens and time; holes the workspace context helped and hurt."""
+    out: dict = {}
+    for key in sorted({r["hole"]["language"] for r in rows}) + ["all"]:
+        group = [r for r in rows if key in ("all", r["hole"]["language"])]
+        figures: dict = {"holes": len(group)}
+        for mode in MODES:
+            ms = [r[mode] for r in group]
+            figures[mode] = dict(
+                exact_match=sum(m["exact_match"] for m in ms) / len(ms),
+                edit_similarity=sum(m["edit_similarity"] for m in ms) / len(ms),
+                parse_rate=sum(m["parse_ok"] for m in ms) / len(ms),
+                prompt_tokens=sum(m["prompt_tokens"] for m in ms) / len(ms),
+                ms=sum(m["ms"] for m in ms) / len(ms),
+            )
+        figures["with_context"] = sum(1 for r in group if r["chunks"]) / len(group)
+        similarity = [
+            (r["workspace"]["edit_similarity"], r["in-file"]["edit_similarity"]) for r in group
+        ]
+        figures["helped"] = sum(1 for w, i in similarity if w > i)
+        figures["hurt"] = sum(1 for w, i in similarity if w < i)
+        out[key] = figures
+    return out
+
+
+def table(summary: dict) -> str:
+    head = ["language", "holes", "ctx", "EM in-file", "EM ws", "ES in-file", "ES ws", "parse in/ws"]
+    head += ["prompt in/ws", "ms in/ws", "helped", "hurt"]
+    lines = ["  ".join(head)]
+    for key, f in summary.items():
+        a, b = f["in-file"], f["workspace"]
+        cells = [
+            key,
+            str(f["holes"]),
+            f"{100 * f['with_context']:.0f}%",
+            f"{100 * a['exact_match']:.1f}%",
+            f"{100 * b['exact_match']:.1f}%",
+            f"{a['edit_similarity']:.3f}",
+            f"{b['edit_similarity']:.3f}",
+            f"{100 * a['parse_rate']:.0f}/{100 * b['parse_rate']:.0f}%",
+            f"{a['prompt_tokens']:.0f}/{b['prompt_tokens']:.0f}",
+            f"{a['ms']:.0f}/{b['ms']:.0f}",
+            str(f["helped"]),
+            str(f["hurt"]),
+        ]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def run_repo(
+    pair,
+    packages: list[Package],
+    languages: list[str],
+    count: int,
+    seed: int,
+    settings: BenchSettings,
+    log=print,
+) -> dict:
+    """Cut the repository holes, run each in both modes, return rows and summary."""
+    holes = [h for language in languages for h in cut_repo_holes(packages, language, count, seed)]
+    log(f"{len(holes)} repository holes in {len({h.hole.language for h in holes})} languages")
+    indexes: dict[Path, WorkspaceIndex] = {}
+    rows = []
+    for i, repo in enumerate(holes):
+        if repo.root not in indexes:
+            indexes[repo.root] = index = WorkspaceIndex(
+                repo.root, ReadLimits(max_files=MAX_REPO_FILES)
+            )
+            index.build()
+        row = run_repo_hole(pair, repo, settings, indexes[repo.root])
+        rows.append(row)
+        a, b = row["in-file"], row["workspace"]
+        log(
+            f"[{i + 1}/{len(holes)}] {repo.hole.language} {repo.relative}:{repo.hole.line} "
+            f"{repo.name}: chunks {row['chunks']}, "
+            f"exact {a['exact_match']:d}/{b['exact_match']:d}, "
+            f"ES {a['edit_similarity']:.2f}/{b['edit_similarity']:.2f}"
+        )
+    return dict(
+        holes=[dict(r, root=str(h.root)) for r, h in zip(rows, holes, strict=True)],
+        summary=summarize(rows),
+    )
