@@ -23,6 +23,7 @@ from .symbols import Definition, definitions
 
 log = logging.getLogger("codespec.workspace")
 BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
+MAX_INDEXES = 8  # folders indexed at once, all sessions together (each within ReadLimits)
 
 
 @dataclass(frozen=True)
@@ -123,16 +124,24 @@ class Workspaces:
 
     def acquire(self, folder: str) -> WorkspaceIndex | None:
         """The index of ``folder`` (a local path), built in the background on first use; None
-        for a folder that is not a readable directory."""
+        for a folder that is not a directory, for the file system's root or the home folder
+        itself (an editor started there declares it: no project is that whole tree), and past
+        ``MAX_INDEXES`` folders."""
         try:
             root = Path(os.path.realpath(folder))
-            if not root.is_dir():
+            if not root.is_dir() or root == Path(root.anchor) or root == Path.home().resolve():
+                log.info("workspace %s: not indexed (not a project folder)", root)
                 return None
-        except OSError:
+        except (OSError, RuntimeError):
             return None
         with self._lock:
             index = self.indexes.get(root)
             if index is None:
+                if len(self.indexes) >= MAX_INDEXES:
+                    log.info(
+                        "workspace %s: not indexed (%d folders already are)", root, MAX_INDEXES
+                    )
+                    return None
                 index = self.indexes[root] = WorkspaceIndex(root, self.limits)
                 thread = threading.Thread(
                     target=self._build, args=(index,), name="codespec-index", daemon=True

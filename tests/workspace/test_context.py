@@ -175,3 +175,19 @@ def test_a_prompt_sized_by_time_gives_its_other_files_their_share_and_no_more():
     assert (usual.prefix_tokens, usual.suffix_tokens, usual.extra_tokens) == (600, 200, 200)
     assert (rich.prefix_tokens, rich.suffix_tokens, rich.extra_tokens) == (450, 150, 400)
     assert sized_by_time(CompletionOptions(), 100.0) == CompletionOptions()  # no budget: as set
+
+
+def test_the_root_the_home_folder_and_too_many_folders_are_not_indexed(tmp_path, monkeypatch):
+    from codespec.workspace import index as index_module
+
+    workspaces = Workspaces()
+    assert workspaces.acquire("/") is None
+    monkeypatch.setattr(index_module.Path, "home", lambda: tmp_path)
+    assert workspaces.acquire(str(tmp_path)) is None
+    folders = [tmp_path / f"p{n}" for n in range(index_module.MAX_INDEXES + 1)]
+    for folder in folders:
+        folder.mkdir()
+    held = [workspaces.acquire(str(folder)) for folder in folders]
+    assert all(held[:-1]) and held[-1] is None
+    workspaces.release(held[0])
+    assert workspaces.acquire(str(folders[-1])) is not None  # room again
