@@ -18,6 +18,12 @@ from .stops import (
     drop_partial_line,
     shape,
 )
+from .workspace.context import (
+    CHARS_PER_TOKEN,
+    EXTRA_SHARE_WITH_DEFINITIONS,
+    MIN_DEFINITION_TOKENS,
+    WORKSPACE_SHARE,
+)
 
 
 @dataclass
@@ -47,6 +53,7 @@ class CompletionOptions:
     prompt_seconds: float = 0.0  # > 0: shrink the windows to a prefill of about this long
     # of that prefill, the share other files take when there are any (``sized_by_time``)
     extra_share: float = 0.2
+    extra_floor: int = 0  # the fewest tokens other files get then, whatever the time budget
     look_ahead_keys: int = 0  # > 0: the daemon computes ahead this many next keystrokes
 
 
@@ -67,6 +74,7 @@ def sized_by_time(
         return options
     total = prefill_rate * options.prompt_seconds
     extra_share = min(max(options.extra_share, 0.0), 0.8) if has_extra else 0.0
+    extra_floor = options.extra_floor if has_extra else 0
 
     def within(share: float, floor: int, cap: int) -> int:
         return max(min(round(share * total), cap), min(floor, cap))
@@ -75,8 +83,24 @@ def sized_by_time(
         options,
         prefix_tokens=within(0.75 * (1 - extra_share), MIN_PREFIX_TOKENS, options.prefix_tokens),
         suffix_tokens=within(0.25 * (1 - extra_share), MIN_SUFFIX_TOKENS, options.suffix_tokens),
-        extra_tokens=within(extra_share, 0, options.extra_tokens),
+        extra_tokens=within(extra_share, extra_floor, options.extra_tokens),
     )
+
+
+def with_definitions(options: CompletionOptions) -> CompletionOptions:
+    """``options`` for a prompt that holds workspace definitions (``workspace/context.py``):
+    they take a larger share of a prompt sized by time, and at least a floor of tokens, as the
+    prefix and suffix do (the definitions come first in the prompt and stay while the user
+    types nearby, so their prefill is paid once and then cached)."""
+    return replace(
+        options, extra_share=EXTRA_SHARE_WITH_DEFINITIONS, extra_floor=MIN_DEFINITION_TOKENS
+    )
+
+
+def definition_chars(options: CompletionOptions, prefill_rate: float | None) -> int:
+    """How many characters of definitions a prompt with ``options`` has room for."""
+    room = sized_by_time(with_definitions(options), prefill_rate).extra_tokens
+    return int(min(room, options.extra_tokens * WORKSPACE_SHARE) * CHARS_PER_TOKEN)
 
 
 # Tokens of a prompt that are not windows: special tokens, the repository's and files' names.

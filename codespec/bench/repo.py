@@ -16,15 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..completion import complete, sized_by_time
+from ..completion import complete, definition_chars, with_definitions
 from ..languages import LANGUAGES, has_syntax_error, parse
-from ..workspace.context import (
-    CHARS_PER_TOKEN,
-    EXTRA_SHARE_WITH_DEFINITIONS,
-    WORKSPACE_SHARE,
-    as_files,
-    choose_chunks,
-)
+from ..workspace.context import as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import ReadLimits, language_of
 from ..workspace.symbols import KEYWORDS
@@ -120,24 +114,26 @@ def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int
     return holes
 
 
-def run_repo_hole(pair, repo: RepoHole, settings: BenchSettings, index: WorkspaceIndex) -> dict:
-    """The hole completed in each mode; the index holds the hole's file as the editor would."""
+def run_repo_hole(
+    pair, repo: RepoHole, settings: BenchSettings, index: WorkspaceIndex, first: int = 0
+) -> dict:
+    """The hole completed in each mode, mode ``first`` first (alternate it: the second reuses
+    the cache the first left where their prompts agree); the index holds the hole's file as
+    the editor would."""
     hole = repo.hole
     language = hole.language
     original = index.files.get(repo.relative)
     index.put(repo.relative, language, hole.prefix + hole.suffix)
     in_file = options_for(hole, settings)
-    with_context = options_for(hole, settings, extra_share=EXTRA_SHARE_WITH_DEFINITIONS)
-    # the definitions chosen for the room the prompt gives them (as many as fit, best first)
-    room = sized_by_time(with_context, pair.engine.prefill_rate).extra_tokens
-    budget = int(min(room, with_context.extra_tokens * WORKSPACE_SHARE) * CHARS_PER_TOKEN)
+    with_context = with_definitions(in_file)
+    budget = definition_chars(in_file, pair.engine.prefill_rate)
     try:
         chunks = choose_chunks(index, repo.relative, language, hole.prefix, hole.suffix, budget)
     finally:
         if original is not None:
             index.put(repo.relative, language, (repo.root / repo.relative).read_text("utf-8"))
     row: dict = {"hole": hole.describe(), "name": repo.name, "chunks": len(chunks)}
-    for mode in MODES:
+    for mode in MODES[first:] + MODES[:first]:
         extra = as_files(chunks) if mode == "workspace" else ()
         options = with_context if extra else in_file
         started = time.perf_counter()
@@ -153,12 +149,14 @@ def run_repo_hole(pair, repo: RepoHole, settings: BenchSettings, index: Workspac
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per language and overall: each mode's exact match, edit similarity, parse rate, prompt
-    tokens and time; holes the workspace context helped and hurt."""
+    """Per language and overall: each mode's exact match, edit similarity, parse rate and
+    prompt tokens, its time over the holes that got context; holes the context helped and
+    hurt."""
     out: dict = {}
     for key in sorted({r["hole"]["language"] for r in rows}) + ["all"]:
         group = [r for r in rows if key in ("all", r["hole"]["language"])]
         figures: dict = {"holes": len(group)}
+        timed = [r for r in group if r["chunks"]] or group  # (the same prompt twice otherwise)
         for mode in MODES:
             ms = [r[mode] for r in group]
             figures[mode] = dict(
@@ -166,7 +164,7 @@ def summarize(rows: list[dict]) -> dict:
                 edit_similarity=sum(m["edit_similarity"] for m in ms) / len(ms),
                 parse_rate=sum(m["parse_ok"] for m in ms) / len(ms),
                 prompt_tokens=sum(m["prompt_tokens"] for m in ms) / len(ms),
-                ms=sum(m["ms"] for m in ms) / len(ms),
+                ms=sum(r[mode]["ms"] for r in timed) / len(timed),
             )
         figures["with_context"] = sum(1 for r in group if r["chunks"]) / len(group)
         similarity = [
@@ -222,7 +220,7 @@ def run_repo(
                 repo.root, ReadLimits(max_files=MAX_REPO_FILES)
             )
             index.build()
-        row = run_repo_hole(pair, repo, settings, indexes[repo.root])
+        row = run_repo_hole(pair, repo, settings, indexes[repo.root], first=i % 2)
         rows.append(row)
         a, b = row["in-file"], row["workspace"]
         log(

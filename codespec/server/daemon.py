@@ -113,6 +113,10 @@ class Daemon:
 
         threading.Thread(target=load, name="codespec-load", daemon=True).start()
 
+    def prefill_rate(self) -> float | None:
+        """The loaded engine's prefill rate (prompt windows are sized by it); None until then."""
+        return getattr(getattr(self.slot.pair, "engine", None), "prefill_rate", None)
+
     def tell_status(self, state: str, message: str) -> None:
         """Every session hears ``codespec/status`` when the engine's state changes."""
         self.engine_status.update(state=state, message=message)
@@ -150,6 +154,7 @@ class Daemon:
             self.engine_status,
             self.workspaces,
         )
+        ls.prefill_rate = self.prefill_rate
         session_id = ls.session.id
         self.sessions[session_id] = ls
         try:

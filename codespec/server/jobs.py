@@ -22,11 +22,10 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInternalError
 
-from ..completion import CompletionOptions
+from ..completion import CompletionOptions, with_definitions
 from ..languages import language_for
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
-from ..workspace.context import EXTRA_SHARE_WITH_DEFINITIONS
 from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
@@ -159,9 +158,9 @@ def place_at(
         prefix = prefix[: len(prefix) - (offset - selected.start)] + selected.text
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
-    relative, definitions = context_files(ls, doc, prefix, suffix)
+    relative, definitions = context_files(ls, doc, prefix, suffix, options)
     if definitions:
-        options.extra_share = EXTRA_SHARE_WITH_DEFINITIONS
+        options = with_definitions(options)
     return Place(
         session=state.id,
         uri=uri,

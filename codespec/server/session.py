@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from lsprotocol import types
@@ -69,6 +70,8 @@ class CodespecServer(LanguageServer):
         self.engine_status = engine_status if engine_status is not None else {"state": "ready"}
         self.protocol.session = state
         self.workspaces = workspaces  # the daemon's workspace indexes (None: no workspace context)
+        # the loaded model's prefill rate (tokens/s; None while it loads), set by the daemon
+        self.prefill_rate: Callable[[], float | None] = lambda: None
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls would show the editor a message with Python exception text; log it instead

@@ -14,13 +14,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from ..workspace.context import (
-    CHARS_PER_TOKEN,
-    WORKSPACE_SHARE,
-    ContextMemory,
-    as_files,
-    choose_chunks,
-)
+from ..completion import CompletionOptions, definition_chars
+from ..workspace.context import ContextMemory, as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import language_of
 from .documents import Document
@@ -94,16 +89,17 @@ def place_in(ls: CodespecServer, uri: str) -> tuple[WorkspaceIndex, str] | None:
 
 
 def context_files(
-    ls: CodespecServer, doc: Document, prefix: str, suffix: str
+    ls: CodespecServer, doc: Document, prefix: str, suffix: str, options: CompletionOptions
 ) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """For a request in ``doc``: its path as the prompt shows it (relative to its workspace
-    folder; None outside one) and the workspace definitions worth its prefill."""
+    folder; None outside one) and the workspace definitions worth its prefill, as many as its
+    prompt has room for (``completion.definition_chars``)."""
     state = ls.session
     found = place_in(ls, doc.uri)
     if found is None:
         return None, ()
     index, relative = found
-    budget = int(state.settings.extra_context_tokens * WORKSPACE_SHARE * CHARS_PER_TOKEN)
+    budget = definition_chars(options, ls.prefill_rate())
     memory = state.context_memory.setdefault(doc.uri, ContextMemory())
     language = language_of(relative) or doc.language_id
     chunks = choose_chunks(index, relative, language, prefix, suffix, budget, memory)

@@ -40,6 +40,7 @@ CHARS_PER_TOKEN = 3
 # by time (``completion.sized_by_time``) instead of the usual: a definition is worth more of a
 # slow CPU's prefill than the far end of the prefix (``docs/workspace.md``, "Measured").
 EXTRA_SHARE_WITH_DEFINITIONS = 0.4
+MIN_DEFINITION_TOKENS = 64  # ... and at least this many tokens (a signature or two)
 
 
 @dataclass(frozen=True)
