@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .index import WorkspaceIndex
 from .symbols import IDENTIFIER, KEYWORDS, Definition
 
-NEAR_LINES_BEFORE, NEAR_LINES_AFTER = 12, 4  # where "near the cursor" is
+NEAR_LINES_BEFORE, NEAR_LINES_AFTER = 3, 1  # where "near the cursor" is: its statement
 MAX_DEFINITIONS_PER_NAME = 3  # a name defined in more files than this says little
 MIN_TYPED_PREFIX = 3  # a partly typed name is looked up from this many characters
 MAX_TYPED_MATCHES = 4

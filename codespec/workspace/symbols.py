@@ -30,6 +30,10 @@ TAG_FILES = {
 CLASS_KINDS = {"class", "interface", "type", "module"}
 MAX_SUMMARY_LINES = 24  # a class outline longer than this is cut
 MAX_DOC_LINES = 3
+# What stands for a body left out: a declaration as the language writes one without a body (a
+# stub, a prototype, an interface member). A marker such as "{ ... }" would be copied into
+# completions by the model (``docs/workspace.md``, "Measured").
+BODY_LEFT_OUT = {"python": " ...", "lua": " end"}
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -114,7 +118,7 @@ def _summary(node: Any, kind: str, source: bytes, language: str) -> str:
     if kind not in CLASS_KINDS and body is not None:
         text = source[start : body.start_byte].decode("utf-8", "replace").rstrip()
         doc = _docstring(body, source) if language == "python" else ""
-        text = text + ("\n" + doc if doc else (" ..." if language == "python" else " { ... }"))
+        text = text + ("\n" + doc if doc else BODY_LEFT_OUT.get(language, ";"))
     else:
         text = _elide_bodies(node, source, start, language)
     lines = text.splitlines()
@@ -144,7 +148,7 @@ def _elide_bodies(node: Any, source: bytes, start: int, language: str) -> str:
                 (
                     body.start_byte,
                     body.end_byte,
-                    ("\n" + doc) if doc else (" ..." if language == "python" else " { ... }"),
+                    ("\n" + doc) if doc else BODY_LEFT_OUT.get(language, ";"),
                 )
             )
         else:
