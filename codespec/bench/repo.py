@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..completion import complete, definition_chars, with_definitions
 from ..languages import LANGUAGES, has_syntax_error, parse
+from ..stops import Mode
 from ..workspace.context import as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import ReadLimits, language_of
@@ -124,7 +125,7 @@ def run_repo_hole(
     language = hole.language
     original = index.files.get(repo.relative)
     index.put(repo.relative, language, hole.prefix + hole.suffix)
-    in_file = options_for(hole, settings)
+    in_file = options_for(hole, settings, mode=Mode.LINE)  # the rest of a line
     with_context = with_definitions(in_file)
     budget = definition_chars(in_file, pair.engine.prefill_rate)
     try:
