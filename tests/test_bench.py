@@ -544,13 +544,13 @@ def test_bench_repo_end_to_end(tiny_manifest, tmp_path):
     workspace mode's prompt holding the definitions the in-file one lacks."""
     out = tmp_path / "repo.json"
     cmd = [sys.executable, "-m", "codespec", "bench", "--pair", str(tiny_manifest), "--repo"]
-    cmd += ["--languages", "python", "--per-kind", "3", "--max-tokens", "4", "--json", str(out)]
+    cmd += ["--languages", "python", "--per-kind", "8", "--max-tokens", "4", "--json", str(out)]
     env = os.environ | {"TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "EM in-file" in done.stdout
     result = json.loads(out.read_text())
-    assert result["summary"]["all"]["holes"] == len(result["holes"]) == 3
+    assert result["summary"]["all"]["holes"] == len(result["holes"]) == 8
     with_context = [h for h in result["holes"] if h["chunks"]]
     assert with_context, "no repository hole got workspace context"
     for hole in with_context:
