@@ -108,12 +108,13 @@ def choose_chunks(
     typed = TYPED_NAME.search(prefix)
     if typed and len(typed.group()) >= MIN_TYPED_PREFIX:  # a name being typed: what it may be
         start = typed.group()
-        matches = [n for n in index.by_name if n.startswith(start) and n not in defined_here]
+        # (the index thread may be adding names meanwhile: single lookups, no iteration)
+        matches = [n for n in index.names_starting(start) if n not in defined_here]
         for name in sorted(matches, key=len)[:MAX_TYPED_MATCHES]:
-            add(index.by_name[name])
+            add(index.by_name.get(name, ()))
     for name in names_near_cursor(prefix, suffix):
-        if name not in defined_here and name in index.by_name:
-            add(index.by_name[name])
+        if name not in defined_here:
+            add(index.by_name.get(name, ()))
     if memory is not None:  # the last prompt's chunks as the index has them now
         memory.chunks = [c for c in (_current(index, c) for c in memory.chunks) if c]
     return _fit(wanted, char_budget, memory)

@@ -10,6 +10,7 @@ from at most ``ReadLimits.max_total_bytes`` of text read (``docs/workspace.md`` 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from .symbols import Definition, definitions
 
 log = logging.getLogger("codespec.workspace")
 BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
+NAMES_REFRESH_S = 1.0
 MAX_INDEXES = 8  # folders indexed at once, all sessions together (each within ReadLimits)
 
 
@@ -47,6 +49,29 @@ class WorkspaceIndex:
     build_s: float = 0.0
     stopped: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # the defined names, sorted, for lookups by a name's start (``names_starting``)
+    _sorted: list[str] = field(default_factory=list)
+    _sorted_at: float | None = None  # when (None: never)
+    _changed: bool = False
+
+    def names_starting(self, start: str, limit: int = 64) -> list[str]:
+        """Up to ``limit`` defined names that begin with ``start``. The sorted list is remade
+        at most every ``NAMES_REFRESH_S`` while the index changes (a build adds names all the
+        time), so a request pays a bisection, not a scan of every name."""
+        now = time.monotonic()
+        stale = self._sorted_at is None or (
+            self._changed and now - self._sorted_at >= NAMES_REFRESH_S
+        )
+        if stale:
+            self._changed = False
+            self._sorted, self._sorted_at = sorted(list(self.by_name)), now  # (list: atomic)
+        names = self._sorted
+        found = []
+        for i in range(bisect.bisect_left(names, start), len(names)):
+            if not names[i].startswith(start) or len(found) >= limit:
+                break
+            found.append(names[i])
+        return found
 
     def build(self, busy: Callable[[], bool] = lambda: False) -> None:
         """Read and index every allowed file below the root (the caller's thread)."""
@@ -77,6 +102,7 @@ class WorkspaceIndex:
             return
         entry = IndexedFile(relative, language, len(text), tuple(definitions(language, text)))
         with self._lock:
+            self._changed = True
             old = self.files.get(relative)
             self.files[relative] = entry
             changed = {d.name for d in entry.definitions}
@@ -92,6 +118,7 @@ class WorkspaceIndex:
 
     def remove(self, relative: str) -> None:
         with self._lock:
+            self._changed = True
             old = self.files.pop(relative, None)
             for name in {d.name for d in old.definitions} if old else ():
                 kept = tuple(p for p in self.by_name.get(name, ()) if p[0] != relative)

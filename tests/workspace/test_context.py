@@ -191,3 +191,31 @@ def test_the_root_the_home_folder_and_too_many_folders_are_not_indexed(tmp_path,
     assert all(held[:-1]) and held[-1] is None
     workspaces.release(held[0])
     assert workspaces.acquire(str(folders[-1])) is not None  # room again
+
+
+def test_choosing_while_the_index_is_being_built_does_not_fail(tmp_path):
+    """Requests choose context on the event loop while the index thread adds names: lookups by
+    a name's start go through a sorted copy, never over the live dict."""
+    import threading
+
+    from codespec.workspace.index import WorkspaceIndex
+
+    index = WorkspaceIndex(tmp_path)
+    stop = threading.Event()
+
+    def build():
+        n = 0
+        while not stop.is_set():
+            index.put(f"m{n % 50}.py", "python", f"def perimeter_{n}(a):\n    pass\n")
+            n += 1
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        for _ in range(300):
+            choose_chunks(index, "main.py", "python", "x = perimeter_1(\ny = peri", "", 2000)
+    finally:
+        stop.set()
+        thread.join()
+    assert index.names_starting("perimeter_1")[0].startswith("perimeter_1")
+    assert index.names_starting("zzz") == []
