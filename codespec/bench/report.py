@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-PROPOSERS = ("ngram", "draft")
+from ..engine.request import PROPOSERS
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -71,8 +71,8 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
     plain_tokens = sum(r["plain"]["tokens"] for r in rows)
     spec_s = sum(r["spec"]["total_ms"] for r in rows) / 1000
     plain_s = sum(r["plain"]["total_ms"] for r in rows) / 1000
-    proposed = {k: sum(r["spec"]["proposed"][k] for r in rows) for k in PROPOSERS}
-    accepted = {k: sum(r["spec"]["accepted"][k] for r in rows) for k in PROPOSERS}
+    proposed = {k: sum(r["spec"]["proposed"].get(k, 0) for r in rows) for k in PROPOSERS}
+    accepted = {k: sum(r["spec"]["accepted"].get(k, 0) for r in rows) for k in PROPOSERS}
     ratios = [
         rate(r["spec"]) / rate(r["plain"])
         for r in rows

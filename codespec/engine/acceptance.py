@@ -35,6 +35,7 @@ NGRAM_FIRST_PRIOR = {
     (5, UNANIMOUS): 0.95,
 }
 NGRAM_THEN_PRIOR = {1: 0.6, 2: 0.75, 3: 0.8, 5: 0.9, 8: 0.9}
+LOOKUP_SOURCES = ("ngram", "workspace")  # proposers that look spans up (ngram.py, corpus.py)
 REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
 
 
@@ -126,42 +127,52 @@ def blend(record: Acceptance, long_run: float) -> float:
 
 
 class AcceptanceBook:
-    """What proposers' tokens were kept: n-gram spans by (request context, match length, vote),
-    this request's own n-gram record, and the draft's tokens."""
+    """What proposers' tokens were kept: lookup spans (prompt lookup ``"ngram"``, corpus lookup
+    ``"workspace"``) by (request context, match length, vote), this request's own record per
+    lookup source, and the draft's tokens."""
 
     def __init__(self, draft_prior: float = 0.6) -> None:
-        # n-gram acceptance by (context, evidence bucket, support), from the priors when first seen
-        self.ngram: dict[tuple[str, int, str], SpanAcceptance] = {}
+        # span acceptance per source, by (context, evidence bucket, support), from the priors
+        self.spans: dict[str, dict[tuple[str, int, str], SpanAcceptance]] = {
+            source: {} for source in LOOKUP_SOURCES
+        }
+        self.ngram = self.spans["ngram"]
         self.context = ""  # the current request's (``begin_request``)
-        self.request_ngram = SpanAcceptance.tally()  # what this request's n-gram spans did
+        self.request: dict[str, SpanAcceptance] = {}  # what this request's spans did, by source
         self.draft = Acceptance(prior=draft_prior)
 
     def begin_request(self, context: str = "") -> None:
-        """A new request; ``context`` keys what n-gram acceptance it learns and uses (what
+        """A new request; ``context`` keys what span acceptance it learns and uses (what
         kind of completion it is, e.g. ``"line"``)."""
         self.context = context
-        self.request_ngram = SpanAcceptance.tally()
+        self.request = {source: SpanAcceptance.tally() for source in LOOKUP_SOURCES}
 
-    def _kind(self, evidence: int, support: str) -> SpanAcceptance:
+    def _kind(self, source: str, evidence: int, support: str) -> SpanAcceptance:
         length = evidence_bucket(evidence)
         key = (self.context, length, support)
-        if key not in self.ngram:
+        kinds = self.spans[source]
+        if key not in kinds:
+            # The corpus starts from prompt lookup's priors: it is the same lookup over other
+            # text, and its own record replaces them within a few spans.
             first = NGRAM_FIRST_PRIOR.get((min(length, 5), support), NGRAM_PRIOR)
             then = NGRAM_THEN_PRIOR[length] if support else NGRAM_PRIOR
-            self.ngram[key] = SpanAcceptance(first, then)
-        return self.ngram[key]
+            kinds[key] = SpanAcceptance(first, then)
+        return kinds[key]
 
-    def observe_ngram(self, evidence: int, proposed: int, accepted: int, support: str = "") -> None:
-        """A span backed by a match of ``evidence`` tokens whose matches voted ``support``
-        (``ngram.py``; "" for unknown): ``accepted`` of its first ``proposed`` tokens kept."""
-        self._kind(evidence, support).add(proposed, accepted)
-        self.request_ngram.add(proposed, accepted)
+    def observe_ngram(
+        self, evidence: int, proposed: int, accepted: int, support: str = "", source: str = "ngram"
+    ) -> None:
+        """A lookup span backed by a match of ``evidence`` tokens whose matches voted
+        ``support`` (``ngram.py``; "" for unknown): ``accepted`` of its first ``proposed``
+        tokens kept."""
+        self._kind(source, evidence, support).add(proposed, accepted)
+        self.request.setdefault(source, SpanAcceptance.tally()).add(proposed, accepted)
 
-    def ngram_rates(self, evidence: int, support: str = "") -> tuple[float, float]:
+    def ngram_rates(
+        self, evidence: int, support: str = "", source: str = "ngram"
+    ) -> tuple[float, float]:
         """Acceptance of such a span's first token, and of each later one given the one before
         it was kept: the long-run rates for such spans, updated by this request's record."""
-        kind = self._kind(evidence, support)
-        return (
-            blend(self.request_ngram.first, kind.first.rate),
-            blend(self.request_ngram.then, kind.then.rate),
-        )
+        kind = self._kind(source, evidence, support)
+        record = self.request.setdefault(source, SpanAcceptance.tally())
+        return blend(record.first, kind.first.rate), blend(record.then, kind.then.rate)

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .acceptance import kept_moments
+from .acceptance import LOOKUP_SOURCES, kept_moments
 from .backend import TargetBackend
 from .calibration import Calibrated
+from .corpus import CorpusProposer
 from .draft import DraftProposer
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
@@ -40,7 +41,7 @@ from .request import Generation, GenerationParams, GenerationStats, Output, Stop
 from .slots import common_prefix_len
 from .stop import Cancelled, StopSignal
 from .timing import timed
-from .tree import TokenTree
+from .tree import Candidate, TokenTree
 from .verify import logits_to_probs, sample, walk_tree
 from .warmup import WarmUps
 
@@ -52,8 +53,9 @@ class Proposal:
     """One pass's token tree and what the loop learns from it once the target has judged it."""
 
     tree: TokenTree
-    ngram_evidence: int = 0  # the best n-gram span's match length (0: no span)
-    ngram_support: str = ""  # how the other matches voted on its first token (``ngram.py``)
+    # per lookup source that offered spans ("ngram", "workspace"), in the tree's order: its
+    # best span's match length and how the other matches voted on its first token (ngram.py)
+    spans: dict[str, tuple[int, str]] = field(default_factory=dict)
     # the draft's part: the node it grew below (ROOT: the root) and what its steps cost; None
     # when it did not run, or when the node it grew below is not verified in this pass
     draft_under: int | None = None
@@ -77,6 +79,7 @@ class Engine(Calibrated, WarmUps):
         target.use_width_independent_rows()  # the same logits for a position in any pass
         self.stop_ids = set(stop_ids or ())
         self.ngram = ngram or NgramProposer()
+        self.corpus = CorpusProposer()  # fed per request (``GenerationParams.corpora``)
         self.drafter = DraftProposer(draft, threshold=draft_threshold) if draft else None
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
         self.lock = threading.Lock()  # one generation at a time owns the caches
@@ -169,23 +172,26 @@ class Engine(Calibrated, WarmUps):
         if not params.speculate or cap <= 0:
             return proposal
         tree = proposal.tree
-        offers = self.ngram.propose(context, cap, sampling).candidates if params.use_ngram else []
-        for candidate in offers:
-            tree.add(candidate, cap)
-        if offers:
-            proposal.ngram_evidence, proposal.ngram_support = offers[0].evidence, offers[0].support
-        first_rate, then_rate = ngram_rates = self.policy.acceptance.ngram_rates(
-            proposal.ngram_evidence, proposal.ngram_support
-        )
+        offers = self._look_up(context, cap, params, sampling)
+        # The longer match leads (it becomes the main chain); on a tie the prompt's own lookup
+        # does, its text being nearer the cursor.
+        for source in sorted(offers, key=lambda source: -offers[source][0].evidence):
+            for candidate in offers[source]:
+                tree.add(candidate, cap)
+            proposal.spans[source] = (offers[source][0].evidence, offers[source][0].support)
+        book = self.policy.acceptance
+        span_rates = {
+            source: book.ngram_rates(*found, source=source)
+            for source, found in (proposal.spans or {"ngram": (0, "")}).items()
+        }
+        lead_rates = next(iter(span_rates.values()))
         if params.use_draft:
-            self._draft(proposal, context, cap, remaining, sampling, ngram_rates)
+            self._draft(proposal, context, cap, remaining, sampling, lead_rates)
         # Verify the k* first tokens of the main chain that pay (policy.py), plus what fits
         # beside them in the same width bucket at no extra cost.
         chain = tree.main_chain()
         rates = [
-            (first_rate if depth == 0 else then_rate)
-            if "ngram" in tree.sources[i]
-            else self.policy.acceptance.draft.rate
+            _node_rate(tree.sources[i], depth, span_rates, book.draft.rate)
             for depth, i in enumerate(chain)
         ]
         # ... and none past where the stop rules would end generation (wasted width).
@@ -202,6 +208,18 @@ class Engine(Calibrated, WarmUps):
         proposal.bet = rates[:k]
         return proposal
 
+    def _look_up(
+        self, context: list[int], cap: int, params: GenerationParams, sampling: Sampling
+    ) -> dict[str, list[Candidate]]:
+        """The lookup proposers' spans, by source: the prompt's n-grams, the corpora's."""
+        offers: dict[str, list[Candidate]] = {}
+        if params.use_ngram:
+            offers["ngram"] = self.ngram.propose(context, cap, sampling).candidates
+        if params.corpora:
+            self.corpus.use(params.corpora)
+            offers["workspace"] = self.corpus.propose(context, cap, sampling).candidates
+        return {source: found for source, found in offers.items() if found}
+
     def _draft(
         self,
         proposal: Proposal,
@@ -209,20 +227,20 @@ class Engine(Calibrated, WarmUps):
         cap: int,
         remaining: int,
         sampling: Sampling,
-        ngram_rates: tuple[float, float],
+        lead_rates: tuple[float, float],
     ) -> None:
-        """Let the draft continue the best n-gram span (or start at the root) when the policy
-        says it pays. It grows from a leaf, so its sampled tokens never share a node with a
-        deterministic proposal."""
+        """Let the draft continue the leading lookup span (or start at the root) when the
+        policy says it pays. It grows from a leaf, so its sampled tokens never share a node with
+        a deterministic proposal."""
         if self.drafter is None:
             return
         tree = proposal.tree
-        ngram_chain = [i for i in tree.main_chain() if "ngram" in tree.sources[i]]
-        plan = self.policy.plan_draft(len(ngram_chain), self.drafter.lag(context), ngram_rates)
+        looked_up = [i for i in tree.main_chain() if tree.sources[i] & set(LOOKUP_SOURCES)]
+        plan = self.policy.plan_draft(len(looked_up), self.drafter.lag(context), lead_rates)
         self.policy.commit(plan)
         if not plan.use_draft:
             return
-        under = ngram_chain[-1] if ngram_chain else ROOT
+        under = looked_up[-1] if looked_up else ROOT
         depth = tree.depths[under] if under != ROOT else 0
         room = min(plan.draft_len, cap - len(tree), remaining - 1 - depth)
         if room <= 0:
@@ -278,18 +296,20 @@ class Engine(Calibrated, WarmUps):
         stats.target_passes += 1
         stats.accepted_per_pass.append(len(path))
         kept = set(path)
-        for source in ("ngram", "draft"):
+        for source in ("ngram", "workspace", "draft"):
             nodes = [i for i, s in enumerate(tree.sources) if source in s]
             stats.proposed[source] += len(nodes)
             stats.accepted[source] += sum(1 for i in nodes if i in kept)
-        # n-gram: judge the best branch (the first child chain) by how far the path followed it.
-        first_branch = _first_chain(tree, "ngram")
-        if first_branch:
-            taken = sum(1 for i in first_branch if i in kept)
-            self.ngram.observe(len(first_branch), taken)
-            self.policy.acceptance.observe_ngram(
-                proposal.ngram_evidence, len(first_branch), taken, proposal.ngram_support
-            )
+        # Lookups: judge each source's best branch (its first child chain) by how far the path
+        # followed it.
+        for source, (evidence, support) in proposal.spans.items():
+            first_branch = _first_chain(tree, source)
+            if first_branch:
+                taken = sum(1 for i in first_branch if i in kept)
+                (self.ngram if source == "ngram" else self.corpus).observe(len(first_branch), taken)
+                self.policy.acceptance.observe_ngram(
+                    evidence, len(first_branch), taken, support, source=source
+                )
         if proposal.draft is not None:
             stats.draft_passes += 1
             stats.draft_forwards += proposal.draft.forwards
@@ -314,6 +334,17 @@ def _rng(params: GenerationParams) -> torch.Generator | None:
     rng = torch.Generator(device="cpu")
     rng.manual_seed(params.seed if params.seed is not None else int(time.time_ns()))
     return rng
+
+
+def _node_rate(
+    sources: set[str], depth: int, span_rates: dict[str, tuple[float, float]], draft_rate: float
+) -> float:
+    """The predicted acceptance of a main-chain node: its leading lookup source's rate at that
+    depth (the first token's, or a later one's), else the draft's."""
+    for source, (first, then) in span_rates.items():
+        if source in sources:
+            return first if depth == 0 else then
+    return draft_rate
 
 
 def _first_chain(tree: TokenTree, source: str) -> list[int]:

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .corpus import TokenCorpus
+
+PROPOSERS = ("ngram", "workspace", "draft")  # the sources a pass's proposed tokens come from
 
 # Given every token generated so far, return how many to keep if generation must stop there
 # (syntax-aware rules plug in here), or None to go on. It is also asked about tokens that were
@@ -26,6 +32,9 @@ class GenerationParams:
     use_ngram: bool = True
     use_draft: bool = True  # allowed; the adaptive policy still decides per pass
     context: str = ""  # what kind of completion (e.g. "line"): the policy learns per context
+    # token corpora to draft from besides the prompt (``corpus.py``: the workspace's files, the
+    # user's accepted completions); a generator without lookup ignores them
+    corpora: tuple[TokenCorpus, ...] = ()
 
 
 @dataclass
@@ -36,8 +45,8 @@ class GenerationStats:
     target_passes: int = 0  # decode passes (prefill not included)
     prefill_tokens: int = 0  # prompt tokens computed
     cached_tokens: int = 0  # prompt tokens reused from the KV cache
-    proposed: dict[str, int] = field(default_factory=lambda: {"ngram": 0, "draft": 0})
-    accepted: dict[str, int] = field(default_factory=lambda: {"ngram": 0, "draft": 0})
+    proposed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROPOSERS, 0))
+    accepted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROPOSERS, 0))
     draft_passes: int = 0  # target passes for which the draft model ran
     draft_forwards: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source
