@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .engine import GenerationParams, GenerationStats, StopSignal
+from .engine.corpus import TokenCorpus
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
 from .runtime import LoadedPair
 from .stops import (
@@ -135,8 +136,11 @@ def complete(
     stop: StopSignal | None = None,
     on_text: Callable[[str], None] | None = None,
     anchor: Anchor | None = None,
+    corpora: tuple[TokenCorpus, ...] = (),
 ) -> CompletionResult:
     """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass.
+    ``corpora``: token corpora the engine may draft from (the workspace's, the accepted
+    completions'; ``engine/corpus.py``).
 
     With the ``anchor`` of an earlier request on the same document, text typed at that cursor
     since then extends the cached prompt instead of rebuilding it (see ``prompt.Anchor``).
@@ -157,6 +161,8 @@ def complete(
         seed=options.seed,
         speculate=options.speculate,
         context=mode.value,
+        corpora=corpora,
+        not_before_cursor=suffix_span(pair, prompt) if corpora else None,
     )
     generation = pair.engine.generate(prompt, params, stop=stop, stop_rule=rule)
 
@@ -180,6 +186,20 @@ def complete(
     return CompletionResult(
         text, mode, generation.stats, len(prompt), anchor, list(generation.tokens)
     )
+
+
+def suffix_span(pair: LoadedPair, prompt: list[int]) -> tuple[int, int] | None:
+    """Where the FIM prompt's suffix lies, markers included: from its ``fim_suffix`` marker
+    to just after its ``fim_middle`` (text typed since the prompt was built follows that)."""
+    tokens, tokenizer = pair.manifest.tokens, pair.tokenizer
+    suffix_id = tokenizer.convert_tokens_to_ids(tokens.fim_suffix)
+    middle_id = tokenizer.convert_tokens_to_ids(tokens.fim_middle)
+    try:
+        start = len(prompt) - 1 - prompt[::-1].index(suffix_id)
+        end = len(prompt) - prompt[::-1].index(middle_id)
+    except ValueError:
+        return None
+    return (start, end) if start < end else None
 
 
 def prompt_at(

@@ -638,7 +638,15 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     old = {
         k: v
         for k, v in row("old").items()
-        if k not in ("engine", "server_proposed", "server_accepted", "context")
+        if k
+        not in (
+            "engine",
+            "server_proposed",
+            "server_accepted",
+            "context",
+            "workspace_proposed",
+            "workspace_accepted",
+        )
     }
     conn.execute(
         f"INSERT INTO requests ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
@@ -654,3 +662,4 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
 
     report = query(reader, "all", None, "language")
     assert report["total"]["requests"] == 1 and report["total"]["server"]["proposed"] == 0
+    assert report["total"]["workspace"]["proposed"] == 0

@@ -172,7 +172,7 @@ class Engine(Calibrated, WarmUps):
         if not params.speculate or cap <= 0:
             return proposal
         tree = proposal.tree
-        offers = self._look_up(context, cap, params, sampling)
+        offers = self._look_up(prompt, out.tokens, cap, params, sampling)
         # The longer match leads (it becomes the main chain); on a tie the prompt's own lookup
         # does, its text being nearer the cursor.
         for source in sorted(offers, key=lambda source: -offers[source][0].evidence):
@@ -209,15 +209,24 @@ class Engine(Calibrated, WarmUps):
         return proposal
 
     def _look_up(
-        self, context: list[int], cap: int, params: GenerationParams, sampling: Sampling
+        self,
+        prompt: list[int],
+        generated: list[int],
+        cap: int,
+        params: GenerationParams,
+        sampling: Sampling,
     ) -> dict[str, list[Candidate]]:
-        """The lookup proposers' spans, by source: the prompt's n-grams, the corpora's."""
+        """The lookup proposers' spans, by source: the prompt's n-grams, the corpora's. The
+        corpora hold code as written, so they are searched for the text before the cursor and
+        what follows it, without the FIM prompt's suffix in between."""
         offers: dict[str, list[Candidate]] = {}
         if params.use_ngram:
-            offers["ngram"] = self.ngram.propose(context, cap, sampling).candidates
+            offers["ngram"] = self.ngram.propose(prompt + generated, cap, sampling).candidates
         if params.corpora:
+            start, end = params.not_before_cursor or (len(prompt), len(prompt))
+            written = prompt[max(0, start - 64) : start] + prompt[end:] + generated
             self.corpus.use(params.corpora)
-            offers["workspace"] = self.corpus.propose(context, cap, sampling).candidates
+            offers["workspace"] = self.corpus.propose(written, cap, sampling).candidates
         return {source: found for source, found in offers.items() if found}
 
     def _draft(

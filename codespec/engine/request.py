@@ -35,6 +35,9 @@ class GenerationParams:
     # token corpora to draft from besides the prompt (``corpus.py``: the workspace's files, the
     # user's accepted completions); a generator without lookup ignores them
     corpora: tuple[TokenCorpus, ...] = ()
+    # prompt[start:end] is not text before the cursor (a FIM prompt's suffix and its markers):
+    # corpus lookup leaves it out, so the text before the cursor runs on into what is generated
+    not_before_cursor: tuple[int, int] | None = None
 
 
 @dataclass

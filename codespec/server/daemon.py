@@ -10,6 +10,7 @@ in the background, and requests wait for it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -17,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from ..files import parse_json
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
+from ..workspace.accepted import FILE_NAME as ACCEPTED_FILE
+from ..workspace.accepted import AcceptedCompletions
 from ..workspace.index import Workspaces
 from . import workspace
 from .config import Settings
@@ -71,7 +75,14 @@ class Daemon:
         self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s, record=record)
         self.sessions: dict[int, CodespecServer] = {}  # the live ones, by session id
         # workspace indexes shared by the sessions; they pause while a request runs
-        self.workspaces = Workspaces(busy=self.worker.serving_request)
+        self.workspaces = Workspaces(
+            busy=self.worker.serving_request, tokenizer=functools.partial(self.drafting, True)
+        )
+        # the completions users accepted, to draft from; kept beside the stats when they are
+        self.accepted = AcceptedCompletions(
+            store.path.parent / ACCEPTED_FILE if store is not None else None,
+            tokenizer=functools.partial(self.drafting, False),
+        )
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
@@ -113,6 +124,18 @@ class Daemon:
 
         threading.Thread(target=load, name="codespec-load", daemon=True).start()
 
+    def drafting(self, wait: bool) -> Callable[[str], list[int]] | None:
+        """How the workspace drafter tokenizes, once the model is loaded (``wait``: wait for
+        it); None while it loads, when it failed, and for an engine that does not draft here
+        (a remote one)."""
+        if wait:
+            self.slot.ready.wait()
+        pair = self.slot.pair if self.slot.ready.is_set() else None
+        if pair is None or not hasattr(getattr(pair, "engine", None), "corpus"):
+            return None
+        tokenizer = pair.tokenizer
+        return lambda text: tokenizer.encode(text, add_special_tokens=False)
+
     def prefill_rate(self) -> float | None:
         """The loaded engine's prefill rate (prompt windows are sized by it); None until then."""
         return getattr(getattr(self.slot.pair, "engine", None), "prefill_rate", None)
@@ -153,6 +176,7 @@ class Daemon:
             self.store,
             self.engine_status,
             self.workspaces,
+            self.accepted,
         )
         ls.prefill_rate = self.prefill_rate
         session_id = ls.session.id

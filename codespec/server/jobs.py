@@ -31,7 +31,7 @@ from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
 from .state import SessionState, open_document
 from .worker import ModelUnavailable
-from .workspace import context_files
+from .workspace import context_files, drafting_corpora
 
 if TYPE_CHECKING:  # session.py builds the server and imports this module
     from .session import CodespecServer
@@ -159,6 +159,7 @@ def place_at(
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
     relative, definitions = context_files(ls, doc, prefix, suffix, options)
+    corpora = drafting_corpora(ls, doc)
     if definitions:
         options = with_definitions(options)
     return Place(
@@ -170,6 +171,7 @@ def place_at(
         path=relative or document_name(uri),
         extra_files=definitions + other_documents(state, doc),
         context=("workspace",) if definitions else (),
+        corpora=corpora,
         # closed (or reopened as another document): as good as edited since
         current_version=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,

@@ -50,6 +50,7 @@ class Place:
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
     language: str = ""  # the document's languageId, for the stats
     context: tuple[str, ...] = ()  # the context sources its prompt holds, for the stats
+    corpora: tuple = ()  # token corpora the engine may draft from (``engine/corpus.py``)
     # when the work gives the engine up (``engine/stop.py``; set through ``stop``)
     signal: StopSignal = field(default_factory=StopSignal)
     # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's

@@ -11,6 +11,7 @@ documents its client opened: nothing is read from disk, whatever a URI names.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from pygls.protocol.language_server import lsp_method
 
 from ..stats.store import Store
 from ..stats.verdicts import Ledger
+from ..workspace.accepted import AcceptedCompletions
 from ..workspace.index import Workspaces
 from . import handlers, workspace
 from .config import Settings
@@ -60,6 +62,7 @@ class CodespecServer(LanguageServer):
         model_ready: threading.Event | None = None,
         engine_status: dict | None = None,
         workspaces: Workspaces | None = None,
+        accepted: AcceptedCompletions | None = None,
     ) -> None:
         super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
         self.session = state
@@ -70,6 +73,7 @@ class CodespecServer(LanguageServer):
         self.engine_status = engine_status if engine_status is not None else {"state": "ready"}
         self.protocol.session = state
         self.workspaces = workspaces  # the daemon's workspace indexes (None: no workspace context)
+        self.accepted = accepted  # the completions users accepted, to draft from (None: not kept)
         # the loaded model's prefill rate (tokens/s; None while it loads), set by the daemon
         self.prefill_rate: Callable[[], float | None] = lambda: None
 
@@ -187,12 +191,14 @@ def create_session(
     store: Store | None = None,
     engine_status: dict | None = None,
     workspaces: Workspaces | None = None,
+    accepted: AcceptedCompletions | None = None,
 ) -> CodespecServer:
     """A fresh server for one connection, with codespec's handlers (``handlers.py``)."""
     state = SessionState(settings=defaults)
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
-    ls = CodespecServer(state, worker, store, model_ready, engine_status, workspaces)
+    ls = CodespecServer(state, worker, store, model_ready, engine_status, workspaces, accepted)
+    state.ledger.on_taken = functools.partial(workspace.learn_accepted, ls)
     handlers.register(ls)
     return ls
 

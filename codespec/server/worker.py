@@ -327,6 +327,7 @@ class Worker:
                 stop=job.signal,
                 on_text=self._on_text(job),
                 anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
+                corpora=job.corpora,
             )
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor

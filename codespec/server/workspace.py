@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from ..completion import CompletionOptions, definition_chars
+from ..engine.corpus import TokenCorpus
+from ..stats.verdicts import Suggestion
+from ..workspace.accepted import AcceptedCompletions
 from ..workspace.context import ContextMemory, as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import language_of
@@ -106,6 +109,39 @@ def context_files(
     return relative, as_files(chunks)
 
 
+def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ...]:
+    """What the engine may draft from for a request in ``doc``, besides its prompt: the token
+    ids of its workspace folder's files, and the completions the user accepted."""
+    corpora = []
+    found = place_in(ls, doc.uri)
+    if found is not None and found[0].corpus.total:
+        corpora.append(found[0].corpus)
+    accepted = ls.accepted.corpus() if ls.accepted is not None else None
+    if accepted is not None and accepted.total:
+        corpora.append(accepted)
+    return tuple(corpora)
+
+
+def learn_accepted(ls: CodespecServer, suggestion: Suggestion) -> None:
+    """A suggestion was taken, in full or in part: the drafter keeps what was taken (off the
+    event loop: it tokenizes and appends to a file)."""
+    if ls.accepted is None or not ls.session.settings.workspace_context:
+        return
+    taken = suggestion.text[: suggestion.accepted_chars]
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.run_in_executor(None, _learn, ls.accepted, suggestion.head, taken)
+
+
+def _learn(accepted: AcceptedCompletions, before: str, taken: str) -> None:
+    try:
+        accepted.learn(before, taken)
+    except Exception:  # learning must not break the session
+        log.exception("keeping an accepted completion failed")
+
+
 def document_opened(ls: CodespecServer, doc: Document) -> None:
     """Index an opened (or closed) document from the editor's text, off the event loop."""
     found = place_in(ls, doc.uri)
@@ -126,5 +162,6 @@ def document_opened(ls: CodespecServer, doc: Document) -> None:
 def _put(index: WorkspaceIndex, relative: str, language: str, text: str) -> None:
     try:
         index.put(relative, language, text)
+        index.corpus_changed()
     except Exception:  # a document that breaks the indexer must not break the session
         log.exception("indexing an open document failed")

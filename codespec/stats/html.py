@@ -111,6 +111,7 @@ def _speculation_by_language(plt, groups: list[dict]) -> str:
         names,
         {
             "n-gram": [100 * (g["ngram"]["rate"] or 0) for g in groups],
+            "workspace": [100 * (g["workspace"]["rate"] or 0) for g in groups],
             "draft": [100 * (g["draft"]["rate"] or 0) for g in groups],
         },
         "% of proposed tokens accepted",

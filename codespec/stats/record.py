@@ -56,9 +56,13 @@ REQUEST_COLUMNS: dict[str, str] = {
     "server_accepted": "INTEGER NOT NULL DEFAULT 0",
     # added in schema 3: the context sources the prompt held beyond the file ("workspace")
     "context": "TEXT NOT NULL DEFAULT ''",
+    # added in schema 4: the workspace drafter's tokens (``engine/corpus.py``)
+    "workspace_proposed": "INTEGER NOT NULL DEFAULT 0",
+    "workspace_accepted": "INTEGER NOT NULL DEFAULT 0",
 }
 ADDED_IN_2 = ("engine", "server_proposed", "server_accepted")
 ADDED_IN_3 = ("context",)
+ADDED_IN_4 = ("workspace_proposed", "workspace_accepted")
 VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
 MAX_LABEL = 64  # a languageId is a label, not a place to store text
 
@@ -130,6 +134,8 @@ def request_row(
             ngram_accepted=stats.accepted.get("ngram", 0),
             draft_proposed=stats.proposed.get("draft", 0),
             draft_accepted=stats.accepted.get("draft", 0),
+            workspace_proposed=stats.proposed.get("workspace", 0),
+            workspace_accepted=stats.accepted.get("workspace", 0),
             engine="remote" if "server" in stats.proposed else "local",
             server_proposed=stats.proposed.get("server", 0),
             server_accepted=stats.accepted.get("server", 0),

@@ -144,6 +144,7 @@ def summarize(rows: list[dict]) -> dict:
         "tokens_per_pass": ratio(tokens, passes),
         "tokens_per_s": ratio(tokens, decode_s),
         "ngram": _proposer(ran, "ngram"),
+        "workspace": _proposer(ran, "workspace"),
         "draft": _proposer(ran, "draft"),
         "server": _proposer(ran, "server"),
         "output": {
@@ -182,6 +183,7 @@ COLUMNS = (
     ("partial", lambda g: str(g["partial"])),
     ("tok/pass", lambda g: _num(g["tokens_per_pass"], 2)),
     ("n-gram", lambda g: _pct(g["ngram"]["rate"])),
+    ("workspace", lambda g: _pct(g["workspace"]["rate"])),  # the workspace drafter
     ("draft", lambda g: _pct(g["draft"]["rate"])),
     ("server spec", lambda g: _pct(g["server"]["rate"])),  # a remote engine's own drafts
     ("tok/s", lambda g: _num(g["tokens_per_s"], 1)),

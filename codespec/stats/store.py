@@ -38,10 +38,10 @@ from typing import Any
 
 import platformdirs
 
-from .record import ADDED_IN_2, ADDED_IN_3, REQUEST_COLUMNS, VERDICT_COLUMNS
+from .record import ADDED_IN_2, ADDED_IN_3, ADDED_IN_4, REQUEST_COLUMNS, VERDICT_COLUMNS
 
 log = logging.getLogger("codespec.stats")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 COMMIT_EVERY_S = 1.0
 PRUNE_EVERY_S = 3600.0
 DEFAULT_RETENTION_DAYS = 90
@@ -57,7 +57,7 @@ MIGRATIONS: dict[int, list[str]] = {
         + ", ".join(
             f"{name} {kind}"
             for name, kind in REQUEST_COLUMNS.items()
-            if name not in ADDED_IN_2 + ADDED_IN_3
+            if name not in ADDED_IN_2 + ADDED_IN_3 + ADDED_IN_4
         )
         + ")",
         "CREATE INDEX requests_t ON requests (t)",
@@ -65,6 +65,7 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     2: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_2],
     3: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_3],
+    4: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_4],
 }
 
 

@@ -36,6 +36,8 @@ SUMMED = (  # columns summed per combination
     "accepted_chars",
     "ngram_proposed",
     "ngram_accepted",
+    "workspace_proposed",
+    "workspace_accepted",
     "draft_proposed",
     "draft_accepted",
     "server_proposed",
@@ -154,6 +156,7 @@ def _figures(tally: Tally, latencies: dict[str, array]) -> dict:
         "tokens_per_pass": ratio(ran["tokens"], ran["passes"]),
         "tokens_per_s": ratio(ran["tokens"], ran["decode_s"]),
         "ngram": proposer(ran["ngram_proposed"], ran["ngram_accepted"]),
+        "workspace": proposer(ran["workspace_proposed"], ran["workspace_accepted"]),
         "draft": proposer(ran["draft_proposed"], ran["draft_accepted"]),
         "server": proposer(ran["server_proposed"], ran["server_accepted"]),
         "output": {

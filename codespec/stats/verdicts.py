@@ -65,6 +65,9 @@ class Ledger:
         self.client_reports_shown = client_reports_shown
         self.clock = clock
         self.open: dict[str, Suggestion] = {}  # id -> suggestion still open to events
+        # told of each suggestion taken in full or in part, once, when it is judged for good
+        # (the workspace drafter learns from it: ``workspace/accepted.py``)
+        self.on_taken: Callable[[Suggestion], None] | None = None
         self.by_uri: dict[str, str] = {}  # uri -> id of its newest suggestion
 
     # -- what the server did ------------------------------------------------------------------
@@ -179,7 +182,9 @@ class Ledger:
         self._close(suggestion)
 
     def _close(self, suggestion: Suggestion) -> None:
-        self.open.pop(suggestion.id, None)
+        was_open = self.open.pop(suggestion.id, None) is not None
+        if was_open and suggestion.accepted_chars > 0 and self.on_taken is not None:
+            self.on_taken(suggestion)
         if self.by_uri.get(suggestion.uri) == suggestion.id:
             del self.by_uri[suggestion.uri]
 

@@ -5,7 +5,9 @@ One index per folder, shared by every session that declared it (``Workspaces``),
 on a thread of its own at the lowest CPU priority, and pausing while the model works on a
 request (``busy``): a completion never waits for indexing. Files come from ``reading`` (what
 may be read and what is skipped); it holds the definitions' summaries, not the files' text,
-from at most ``ReadLimits.max_total_bytes`` of text read (``docs/workspace.md`` measures it).
+from at most ``ReadLimits.max_total_bytes`` of text read, and, when the model drafts locally,
+the files' token ids for the workspace drafter (``engine/corpus.py``, within its own token
+bound). ``docs/workspace.md`` measures both.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.corpus import TokenCorpus
 from .reading import ReadLimits, walk_sources
 from .symbols import Definition, definitions
 
@@ -26,6 +29,7 @@ log = logging.getLogger("codespec.workspace")
 BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
 NAMES_REFRESH_S = 1.0
 MAX_INDEXES = 8  # folders indexed at once, all sessions together (each within ReadLimits)
+Tokenize = Callable[[str], list[int]]
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class WorkspaceIndex:
 
     root: Path
     limits: ReadLimits = field(default_factory=ReadLimits)
+    # the files' token ids, for the workspace drafter; filled while ``tokenize`` is set
+    corpus: TokenCorpus = field(default_factory=TokenCorpus)
+    tokenize: Tokenize | None = None
     files: dict[str, IndexedFile] = field(default_factory=dict)
     by_name: dict[str, tuple[tuple[str, Definition], ...]] = field(default_factory=dict)
     ready: threading.Event = field(default_factory=threading.Event)
@@ -53,6 +60,7 @@ class WorkspaceIndex:
     _sorted: list[str] = field(default_factory=list)
     _sorted_at: float | None = None  # when (None: never)
     _changed: bool = False
+    _refresh_timer: threading.Timer | None = None
 
     def names_starting(self, start: str, limit: int = 64) -> list[str]:
         """Up to ``limit`` defined names that begin with ``start``. The sorted list is remade
@@ -83,17 +91,28 @@ class WorkspaceIndex:
             return not self.stopped
 
         for source in walk_sources(self.root, self.limits, keep_going):
-            if source.relative not in self.files:  # an editor's newer text came first
+            if not self._has(source.relative):  # (an editor's newer text may have come first)
                 self.put(source.relative, source.language, source.text)
+                if self.tokenize is not None:  # draft from what is indexed so far
+                    self.corpus.refresh_if_due()
+        if self.tokenize is not None:
+            self.corpus.refresh()
         self.build_s = time.monotonic() - started
         self.ready.set()
         log.info(
-            "workspace %s indexed: %d files, %d definitions in %.1f s",
+            "workspace %s indexed: %d files, %d definitions, %d tokens to draft from in %.1f s",
             self.root,
             len(self.files),
             sum(len(f.definitions) for f in self.files.values()),
+            self.corpus.total,
             self.build_s,
         )
+
+    def _has(self, relative: str) -> bool:
+        """Whether ``relative`` is indexed as fully as it can be now."""
+        if relative not in self.files:
+            return False
+        return self.tokenize is None or relative in self.corpus.segments
 
     def put(self, relative: str, language: str, text: str) -> None:
         """Index ``text`` as the file ``relative`` (read from disk, or an editor's document)."""
@@ -101,6 +120,8 @@ class WorkspaceIndex:
             self.remove(relative)
             return
         entry = IndexedFile(relative, language, len(text), tuple(definitions(language, text)))
+        if self.tokenize is not None and not self.corpus.put(relative, self.tokenize(text)):
+            log.debug("workspace %s: %s left out of the drafter (token bound)", self.root, relative)
         with self._lock:
             self._changed = True
             old = self.files.get(relative)
@@ -116,7 +137,27 @@ class WorkspaceIndex:
                 else:
                     self.by_name.pop(name, None)
 
+    def corpus_changed(self) -> None:
+        """After an editor's document changed the corpus: rebuild the drafter's index now if
+        that is due, else once it is, on a timer thread at the lowest priority."""
+        if self.tokenize is None or self.corpus.refresh_if_due() or not self.corpus.changed:
+            return
+        with self._lock:
+            if self._refresh_timer is not None:
+                return
+            wait = max(self.corpus.min_refresh_s, 4 * self.corpus.refresh_s)
+            self._refresh_timer = threading.Timer(wait, self._refresh_later)
+            self._refresh_timer.daemon = True
+            self._refresh_timer.start()
+
+    def _refresh_later(self) -> None:
+        self._refresh_timer = None
+        lowest_priority()
+        if not self.stopped:
+            self.corpus.refresh()
+
     def remove(self, relative: str) -> None:
+        self.corpus.remove(relative)
         with self._lock:
             self._changed = True
             old = self.files.pop(relative, None)
@@ -142,8 +183,15 @@ class Workspaces:
     """The daemon's indexes, one per folder, shared by the sessions that declared it and
     dropped when the last of them goes."""
 
-    def __init__(self, busy: Callable[[], bool] = lambda: False, limits: ReadLimits | None = None):
+    def __init__(
+        self,
+        busy: Callable[[], bool] = lambda: False,
+        limits: ReadLimits | None = None,
+        tokenizer: Callable[[], Tokenize | None] = lambda: None,
+    ):
         self.busy = busy
+        # waits for the model and gives how to tokenize for the drafter (None: no drafter)
+        self.tokenizer = tokenizer
         self.limits = limits or ReadLimits()
         self.indexes: dict[Path, WorkspaceIndex] = {}
         self.users: dict[Path, int] = {}
@@ -191,6 +239,7 @@ class Workspaces:
     def _build(self, index: WorkspaceIndex) -> None:
         lowest_priority()
         try:
+            index.tokenize = self.tokenizer()
             index.build(self.busy)
         except Exception:  # a bug here must not take the daemon down: no context, logged
             log.exception("indexing %s failed", index.root)
