@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from codespec.engine import GenerationParams, SpeculationPolicy
+from codespec.engine.request import PROPOSERS
 from codespec.prompt import FimRequest, build_fim_prompt, split_at
 
 pytestmark = pytest.mark.real_model
@@ -155,7 +156,7 @@ def test_cli_complete_json(tmp_path):
     report = json.loads(result.stdout)
     for key in ("completion", "tokens", "target_passes", "ttft_ms", "total_ms", "device", "model"):
         assert key in report
-    assert set(report["proposed"]) == {"ngram", "draft"} == set(report["accepted"])
+    assert set(report["proposed"]) == set(PROPOSERS) == set(report["accepted"])
     assert 0 < report["tokens"] <= 12 and report["device"] == "cpu"
     prefix, _ = split_at(source.read_text(), line - 1, 8)
     assert prefix.endswith("        ")
