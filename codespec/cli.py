@@ -161,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--db", default=None, metavar="FILE", help="the store (default: state dir)")
     st.add_argument("--socket", default=None, help="the daemon's socket (asked when it runs)")
 
+    fg = sub.add_parser(
+        "forget", help="delete the accepted completions the workspace drafter learned from"
+    )
+    fg.add_argument(
+        "--db",
+        default=None,
+        metavar="FILE",
+        help="the stats store they sit beside (default: state dir)",
+    )
+
     b = sub.add_parser("bench", help="speed, speculation and quality on holes cut from real code")
     b.add_argument("--quick", action="store_true", help="a small fixed subset (minutes, for CI)")
     b.add_argument("--languages", default=None, help="comma-separated (default: all)")
@@ -452,6 +462,24 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return run(args, ask_daemon=ask_stats)
 
 
+def cmd_forget(args: argparse.Namespace) -> int:
+    """Delete the accepted-completions file; a running daemon notices and forgets its copy."""
+    from .stats.store import default_path
+    from .workspace.accepted import FILE_NAME, forget
+
+    path = (Path(args.db) if args.db else default_path()).parent / FILE_NAME
+    try:
+        removed = forget(path)
+    except OSError as exc:
+        raise UsageError(f"cannot delete {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"forgot the accepted completions in {path}" if removed else f"nothing to forget: no {path}"
+    )
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.main import main as bench_main
 
@@ -499,6 +527,7 @@ COMMANDS = {
     "lsp": cmd_lsp,
     "bench": cmd_bench,
     "stats": cmd_stats,
+    "forget": cmd_forget,
 }
 
 

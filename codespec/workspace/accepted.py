@@ -80,6 +80,10 @@ class AcceptedCompletions:
                 for record in read_records(path):
                     self._keep(record)
                 self._file_id = _identity(path)
+                # a torn tail (or dropped records) is rewritten away before the next append,
+                # which would otherwise be read as part of the torn record
+                kept = len(MAGIC) + len(encode(self._records))
+                self._rewrite = self._rewrite or (path.exists() and path.stat().st_size != kept)
             except (OSError, ValueError) as exc:  # someone else's file: never written to
                 log.warning("accepted completions kept in memory only: %s", exc)
                 self.path = None
@@ -164,8 +168,12 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 def forget(path: Path) -> bool:
-    """Delete the accepted completions at ``path``; True when there were some."""
+    """Delete the accepted completions at ``path``; True when there were some.
+    ValueError: the file there is not ours (it is left alone)."""
     try:
+        with open(path, "rb") as file:
+            if file.read(len(MAGIC)) != MAGIC:
+                raise ValueError(f"{path} is not a codespec accepted-tokens file; left alone")
         path.unlink()
     except FileNotFoundError:
         return False
