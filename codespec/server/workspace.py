@@ -111,7 +111,10 @@ def context_files(
 
 def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ...]:
     """What the engine may draft from for a request in ``doc``, besides its prompt: the token
-    ids of its workspace folder's files, and the completions the user accepted."""
+    ids of its workspace folder's files, and the completions the user accepted. None when
+    the session turned workspace context off."""
+    if not ls.session.settings.workspace_context:
+        return ()
     corpora = []
     found = place_in(ls, doc.uri)
     if found is not None and found[0].corpus.total:
