@@ -540,8 +540,9 @@ def test_repository_holes_use_a_name_only_another_file_defines(tmp_path):
 
 
 def test_bench_repo_end_to_end(tiny_manifest, tmp_path):
-    """`codespec bench --repo` on the tiny model: every hole completed in both modes, the
-    workspace mode's prompt holding the definitions the in-file one lacks."""
+    """`codespec bench --repo` on the tiny model: every hole completed in each mode, the
+    workspace mode's prompt holding the definitions the in-file one lacks, the speculative
+    modes' output the plain run's, the drafter searching the package's token ids."""
     out = tmp_path / "repo.json"
     cmd = [sys.executable, "-m", "codespec", "bench", "--pair", str(tiny_manifest), "--repo"]
     cmd += ["--languages", "python", "--per-kind", "8", "--max-tokens", "4", "--json", str(out)]
@@ -557,3 +558,9 @@ def test_bench_repo_end_to_end(tiny_manifest, tmp_path):
         assert hole["workspace"]["prompt_tokens"] > hole["in-file"]["prompt_tokens"]
     for hole in result["holes"]:
         assert set(hole["in-file"]) >= {"exact_match", "edit_similarity", "parse_ok", "ms"}
+        assert hole["drafter"]["completion"] == hole["plain"]["completion"]
+        assert hole["drafter"]["tokens"] == hole["plain"]["tokens"] > 0
+        assert hole["plain"]["passes"] == hole["plain"]["tokens"]  # one token a pass
+    every = result["summary"]["all"]
+    assert every["drafter"]["exact"] == every["workspace"]["exact"] == 1.0
+    assert every["drafter"]["speedup"] > 0 and "speedup ws/drafter" in done.stdout

@@ -4,8 +4,11 @@ A hole here is cut as CrossCodeEval cuts its holes: in a file of a multi-file pa
 use of a name that another file of the same package defines (and this file does not), the rest
 of that line is removed. The package's files are the workspace (the hole's own file as the
 editor would hold it: its text without the removed part), indexed by the daemon's own
-``workspace`` code. Each hole is completed twice on the same pair, greedy, at the same time
-budget: in-file context only, and with the definitions ``workspace.context`` chooses.
+``workspace`` code. Each hole is completed three ways on the same pair, greedy, at the same
+time budget: in-file context only; with the definitions ``workspace.context`` chooses; and with
+those definitions and the workspace drafter (``engine/corpus.py``) searching the package's
+token ids. A fourth run, plain decoding of the third's prompt, is the baseline of the
+speculative runs' speedups (and their output must be the same tokens).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..completion import complete, definition_chars, with_definitions
@@ -30,7 +33,8 @@ from .sources import Package, source_files
 MAX_REPO_FILES = 300  # a "repository" is the largest folder around the file with at most these
 MIN_REST_CHARS = 6  # a hole's removed text is at least this long
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MODES = ("in-file", "workspace")
+MODES = ("in-file", "workspace", "drafter")
+SPECULATIVE = ("workspace", "drafter")  # the modes whose decoding is compared with "plain"
 
 
 @dataclass
@@ -118,35 +122,54 @@ def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int
 def run_repo_hole(
     pair, repo: RepoHole, settings: BenchSettings, index: WorkspaceIndex, first: int = 0
 ) -> dict:
-    """The hole completed in each mode, mode ``first`` first (alternate it: the second reuses
-    the cache the first left where their prompts agree); the index holds the hole's file as
-    the editor would."""
+    """The hole completed in each mode, mode ``first`` first (rotate it: a later run reuses
+    the cache an earlier one left where their prompts agree), then plainly; the index (and
+    its drafter's corpus) holds the hole's file as the editor would."""
     hole = repo.hole
     language = hole.language
     original = index.files.get(repo.relative)
     index.put(repo.relative, language, hole.prefix + hole.suffix)
+    index.corpus.refresh()
     in_file = options_for(hole, settings, mode=Mode.LINE)  # the rest of a line
     with_context = with_definitions(in_file)
     budget = definition_chars(in_file, pair.engine.prefill_rate)
     try:
         chunks = choose_chunks(index, repo.relative, language, hole.prefix, hole.suffix, budget)
+        row: dict = {"hole": hole.describe(), "name": repo.name, "chunks": len(chunks)}
+        extra = as_files(chunks)
+        options = with_context if extra else in_file
+        for mode in MODES[first:] + MODES[:first]:
+            if mode == "in-file":
+                row[mode] = _run(pair, repo, in_file)
+            else:
+                corpora = (index.corpus,) if mode == "drafter" else ()
+                row[mode] = _run(pair, repo, options, extra, corpora)
+        row["plain"] = _run(pair, repo, replace(options, speculate=False), extra)
     finally:
         if original is not None:
             index.put(repo.relative, language, (repo.root / repo.relative).read_text("utf-8"))
-    row: dict = {"hole": hole.describe(), "name": repo.name, "chunks": len(chunks)}
-    for mode in MODES[first:] + MODES[:first]:
-        extra = as_files(chunks) if mode == "workspace" else ()
-        options = with_context if extra else in_file
-        started = time.perf_counter()
-        result = complete(pair, cursor_of(hole), options, path=repo.relative, extra_files=extra)
-        row[mode] = dict(
-            completion=result.text,
-            prompt_tokens=result.prompt_tokens,
-            prefill_tokens=result.stats.prefill_tokens if result.stats else 0,
-            ms=1000 * (time.perf_counter() - started),
-            **quality(hole, result.text),
-        )
     return row
+
+
+def _run(pair, repo: RepoHole, options, extra=(), corpora=()) -> dict:
+    hole = repo.hole
+    started = time.perf_counter()
+    result = complete(
+        pair, cursor_of(hole), options, path=repo.relative, extra_files=extra, corpora=corpora
+    )
+    stats = result.stats
+    return dict(
+        completion=result.text,
+        prompt_tokens=result.prompt_tokens,
+        prefill_tokens=stats.prefill_tokens if stats else 0,
+        ms=1000 * (time.perf_counter() - started),
+        tokens=stats.tokens if stats else 0,
+        passes=stats.target_passes + 1 if stats else 0,  # the first token's prefill is one
+        decode_s=stats.total_s - stats.ttft_s if stats else 0.0,  # after the first token
+        workspace_proposed=stats.proposed.get("workspace", 0) if stats else 0,
+        workspace_accepted=stats.accepted.get("workspace", 0) if stats else 0,
+        **quality(hole, result.text),
+    )
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -167,6 +190,23 @@ def summarize(rows: list[dict]) -> dict:
                 prompt_tokens=sum(m["prompt_tokens"] for m in ms) / len(ms),
                 ms=sum(r[mode]["ms"] for r in timed) / len(timed),
             )
+        for mode in MODES:
+            figures[mode]["tokens_per_pass"] = sum(r[mode]["tokens"] for r in group) / max(
+                1, sum(r[mode]["passes"] for r in group)
+            )
+        plain_s = sum(r["plain"]["decode_s"] for r in group)
+        for mode in SPECULATIVE:
+            # greedy: the same tokens as the plain run, so decode times compare directly
+            figures[mode]["speedup"] = plain_s / max(1e-9, sum(r[mode]["decode_s"] for r in group))
+            figures[mode]["exact"] = sum(
+                r[mode]["completion"] == r["plain"]["completion"] for r in group
+            ) / len(group)
+        figures["drafter"]["workspace_proposed"] = sum(
+            r["drafter"]["workspace_proposed"] for r in group
+        )
+        figures["drafter"]["workspace_accepted"] = sum(
+            r["drafter"]["workspace_accepted"] for r in group
+        )
         figures["with_context"] = sum(1 for r in group if r["chunks"]) / len(group)
         similarity = [
             (r["workspace"]["edit_similarity"], r["in-file"]["edit_similarity"]) for r in group
@@ -178,11 +218,14 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def table(summary: dict) -> str:
+    """Quality in-file against workspace context; then speed: tokens per pass in each mode and
+    the speculative modes' decoding speedup over plain decoding of the same prompt."""
     head = ["language", "holes", "ctx", "EM in-file", "EM ws", "ES in-file", "ES ws", "parse in/ws"]
     head += ["prompt in/ws", "ms in/ws", "helped", "hurt"]
+    head += ["tok/pass in/ws/drafter", "speedup ws/drafter", "exact"]
     lines = ["  ".join(head)]
     for key, f in summary.items():
-        a, b = f["in-file"], f["workspace"]
+        a, b, c = f["in-file"], f["workspace"], f["drafter"]
         cells = [
             key,
             str(f["holes"]),
@@ -196,6 +239,9 @@ def table(summary: dict) -> str:
             f"{a['ms']:.0f}/{b['ms']:.0f}",
             str(f["helped"]),
             str(f["hurt"]),
+            f"{a['tokens_per_pass']:.2f}/{b['tokens_per_pass']:.2f}/{c['tokens_per_pass']:.2f}",
+            f"{b['speedup']:.2f}x/{c['speedup']:.2f}x",
+            f"{min(b['exact'], c['exact']):.2f}",
         ]
         lines.append("  ".join(cells))
     return "\n".join(lines)
@@ -214,21 +260,28 @@ def run_repo(
     holes = [h for language in languages for h in cut_repo_holes(packages, language, count, seed)]
     log(f"{len(holes)} repository holes in {len({h.hole.language for h in holes})} languages")
     indexes: dict[Path, WorkspaceIndex] = {}
+    tokenizer = pair.tokenizer
+
+    def tokenize(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
     rows = []
     for i, repo in enumerate(holes):
         if repo.root not in indexes:
             indexes[repo.root] = index = WorkspaceIndex(
-                repo.root, ReadLimits(max_files=MAX_REPO_FILES)
+                repo.root, ReadLimits(max_files=MAX_REPO_FILES), tokenize=tokenize
             )
             index.build()
-        row = run_repo_hole(pair, repo, settings, indexes[repo.root], first=i % 2)
+        row = run_repo_hole(pair, repo, settings, indexes[repo.root], first=i % len(MODES))
         rows.append(row)
         a, b = row["in-file"], row["workspace"]
         log(
             f"[{i + 1}/{len(holes)}] {repo.hole.language} {repo.relative}:{repo.hole.line} "
             f"{repo.name}: chunks {row['chunks']}, "
             f"exact {a['exact_match']:d}/{b['exact_match']:d}, "
-            f"ES {a['edit_similarity']:.2f}/{b['edit_similarity']:.2f}"
+            f"ES {a['edit_similarity']:.2f}/{b['edit_similarity']:.2f}, "
+            f"tok/pass {b['tokens'] / max(1, b['passes']):.2f}/"
+            f"{row['drafter']['tokens'] / max(1, row['drafter']['passes']):.2f}"
         )
     return dict(
         holes=[dict(r, root=str(h.root)) for r, h in zip(rows, holes, strict=True)],
