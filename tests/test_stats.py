@@ -414,7 +414,7 @@ def random_rows(rng, n: int) -> list[dict]:
             "shown": rng.choice([0, 1, 1]),
             "verdict": rng.choice([None, "accepted", "partial", "rejected"]),
             "accepted_chars": rng.randrange(0, 100),
-            "context": rng.choice(["", "workspace"]),
+            "context": rng.choice(["", "workspace", "neighbours", "workspace,neighbours"]),
         }
         for name in ("queue_ms", "prefill_ms", "first_ms", "total_ms"):
             extra[name] = None if rng.random() < 0.2 else float(rng.randrange(0, 2000))

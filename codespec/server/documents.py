@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -77,6 +78,9 @@ class Document:
     version: int | None = None
     language_id: str = ""
     edits: int = 0  # changes applied since it was opened
+    # where and when (``time.monotonic``) the last change was made: the "recently edited" range
+    # other documents' prompts may show (``workspace/snippets.py``); None until an edit
+    last_edit: tuple[int, float] | None = None
     _starts: list[int] | None = field(default=None, repr=False)
 
     # -- lines ------------------------------------------------------------------------------
@@ -134,9 +138,17 @@ class Document:
             self.text = self.text[:a] + change.text + self.text[b:]
             self._mend_starts(a, b, len(change.text))
         else:
+            a = first_difference(self.text, change.text)
             self.text = change.text
             self._starts = None
         self.edits += 1
+        self.last_edit = (a, time.monotonic())
+
+    def edited_line(self) -> int | None:
+        """The line of the last change (None: none since it was opened)."""
+        if self.last_edit is None:
+            return None
+        return _last_le(self.line_starts(), min(self.last_edit[0], len(self.text)))
 
     def edited(self, changes: Sequence, encoding: str) -> Document:
         """A copy with ``changes`` applied, this document untouched (so that a thread can
@@ -150,6 +162,7 @@ class Document:
     def take(self, edited: Document) -> None:
         """Become ``edited`` (this document's ``edited`` copy), all at once."""
         self.text, self._starts, self.edits = edited.text, edited._starts, edited.edits
+        self.last_edit = edited.last_edit
 
     def _mend_starts(self, a: int, b: int, inserted: int) -> None:
         """The line index after text ``[a, b)`` became ``inserted`` characters. Starts before
@@ -189,6 +202,20 @@ class Document:
     @property
     def too_large(self) -> bool:
         return len(self.text) > MAX_DOCUMENT_CHARS
+
+
+def first_difference(a: str, b: str, chunk: int = 4096) -> int:
+    """Where ``a`` and ``b`` first differ (a whole-text change: where the edit was), comparing
+    a chunk at a time so that a long document costs C-speed compares, not a Python loop."""
+    n = min(len(a), len(b))
+    at = 0
+    while at < n and a[at : min(at + chunk, n)] == b[at : min(at + chunk, n)]:
+        at += chunk
+    at = min(at, n)
+    end = min(at + chunk, n)
+    while at < end and a[at] == b[at]:
+        at += 1
+    return at
 
 
 def _last_le(values: list[int], x: int) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +27,9 @@ from ..completion import CompletionOptions, with_definitions
 from ..languages import language_for
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
+from ..workspace.context import FAMILIES
+from ..workspace.snippets import Neighbour, Snippet, SnippetMemory, choose_snippets
+from ..workspace.snippets import as_files as snippet_files
 from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
@@ -159,6 +163,7 @@ def place_at(
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
     relative, definitions = context_files(ls, doc, prefix, suffix, options)
+    snippets = neighbour_snippets(state, doc, prefix)
     corpora = drafting_corpora(ls, doc)
     if definitions:
         options = with_definitions(options)
@@ -169,8 +174,8 @@ def place_at(
         cursor=cursor,
         options=options,
         path=relative or document_name(uri),
-        extra_files=definitions + other_documents(state, doc),
-        context=("workspace",) if definitions else (),
+        extra_files=definitions + snippet_files(snippets),
+        context=("workspace",) * bool(definitions) + ("neighbours",) * bool(snippets),
         corpora=corpora,
         # closed (or reopened as another document): as good as edited since
         current_version=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
@@ -282,13 +287,24 @@ def document_name(uri: str) -> str:
     return os.path.basename(unquote(urlparse(uri).path)) or "untitled"
 
 
-def other_documents(state: SessionState, doc: Document) -> tuple[tuple[str, str], ...]:
-    """The other open documents of the same language: context files before the current one."""
-    return tuple(
-        (document_name(d.uri), d.text)
+def neighbour_snippets(state: SessionState, doc: Document, prefix: str) -> list[Snippet]:
+    """The windows of the other open documents of the language family most like the code
+    above the cursor, or last edited (``workspace/snippets.py``): context before the file."""
+    family = FAMILIES.get(doc.language_id, {doc.language_id})
+    neighbours = [
+        Neighbour(
+            document_name(d.uri),
+            d.text,
+            d.edited_line(),
+            d.last_edit[1] if d.last_edit else None,
+        )
         for d in state.documents.values()
-        if d is not doc and d.language_id == doc.language_id and not d.too_large
-    )
+        if d is not doc and d.language_id in family and not d.too_large
+    ]
+    if not neighbours:
+        return []
+    memory = state.snippet_memory.setdefault(doc.uri, SnippetMemory())
+    return choose_snippets(prefix, neighbours, time.monotonic(), memory)
 
 
 def schedule_warm(

@@ -157,6 +157,7 @@ class CodespecProtocol(LanguageServerProtocol):
         if (closed := state.documents.pop(uri, None)) is not None:
             workspace.document_opened(self._server, closed)  # its last text, as the editor had it
         state.context_memory.pop(uri, None)
+        state.snippet_memory.pop(uri, None)
         state.anchors.pop(uri, None)
         state.shown.pop(uri, None)
         state.ledger.document_closed(uri)

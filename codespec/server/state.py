@@ -37,6 +37,8 @@ class SessionState:
     workspace_trusted: bool = True
     indexes: list | None = None
     context_memory: dict = field(default_factory=dict)
+    # per document the other documents' snippets its last prompt held (``workspace.snippets``)
+    snippet_memory: dict = field(default_factory=dict)
 
 
 def open_document(state: SessionState, uri: Any) -> Document:

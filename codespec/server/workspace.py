@@ -57,10 +57,16 @@ def declare_folders(ls: CodespecServer, params: Any) -> None:
         state.workspace_trusted = False
 
 
+def uses_workspace(ls: CodespecServer) -> bool:
+    """Whether the session may use workspace context: the setting is on and the client has not
+    said its folders are untrusted."""
+    return ls.session.settings.workspace_context and ls.session.workspace_trusted
+
+
 def indexes(ls: CodespecServer) -> list[WorkspaceIndex]:
     """The session's indexes, acquired on first use; [] while workspace context is off."""
     state = ls.session
-    if not state.settings.workspace_context or not state.workspace_trusted:
+    if not uses_workspace(ls):
         return []
     if ls.workspaces is None or not state.folders:
         return []
@@ -112,8 +118,8 @@ def context_files(
 def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ...]:
     """What the engine may draft from for a request in ``doc``, besides its prompt: the token
     ids of its workspace folder's files, and the completions the user accepted. None when
-    the session turned workspace context off."""
-    if not ls.session.settings.workspace_context:
+    the session may not use workspace context (``uses_workspace``)."""
+    if not uses_workspace(ls):
         return ()
     corpora = []
     found = place_in(ls, doc.uri)
@@ -128,7 +134,7 @@ def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ..
 def learn_accepted(ls: CodespecServer, suggestion: Suggestion) -> None:
     """A suggestion was taken, in full or in part: the drafter keeps what was taken (off the
     event loop: it tokenizes and appends to a file)."""
-    if ls.accepted is None or not ls.session.settings.workspace_context:
+    if ls.accepted is None or not uses_workspace(ls):
         return
     taken = suggestion.text[: suggestion.accepted_chars]
     try:

@@ -90,9 +90,9 @@ def group_key(row: dict, by: str) -> str:
         return f"{row['kind']}/{row['trigger']}"
     if by == "day":
         return time.strftime("%Y-%m-%d", time.localtime(row["t"]))
-    if by == "context":  # acceptance with and without workspace context, per language
-        sources = row.get("context") or ""
-        return f"{row['language']} {'workspace' if 'workspace' in sources else 'in-file'}"
+    if by == "context":  # acceptance per language and the context sources its prompts held
+        sources = (row.get("context") or "").replace(",", "+")
+        return f"{row['language']} {sources or 'in-file'}"
     return row["language"]
 
 

@@ -23,8 +23,8 @@ GROUP_SQL = {
     "language": "language",
     "kind": "kind || '/' || \"trigger\"",
     "day": "strftime('%Y-%m-%d', t, 'unixepoch', 'localtime')",
-    "context": "language || CASE WHEN instr(context, 'workspace') > 0 "
-    "THEN ' workspace' ELSE ' in-file' END",
+    "context": "language || ' ' || CASE WHEN context = '' THEN 'in-file' "
+    "ELSE replace(context, ',', '+') END",
 }
 RAN = ("served", "empty")  # outcomes whose request ran the model
 SUMMED = (  # columns summed per combination

@@ -46,6 +46,11 @@ def counts(client: RawClient) -> dict[str, int]:
     return {g["key"]: g["requests"] for g in reply.get("groups", [])}
 
 
+def with_definitions(counts: dict[str, int]) -> int:
+    """Requests whose prompt held workspace definitions (beside other sources or not)."""
+    return sum(n for key, n in counts.items() if "workspace" in key.split(" ", 1)[1])
+
+
 def ask(client: RawClient, uri: str, n: int) -> None:
     client.send(inline_request(f"q{n}", uri, 4, len("    return compute_total(")))
     assert "result" in client.reply_to(f"q{n}")
@@ -61,10 +66,10 @@ def test_definitions_from_the_folder_reach_the_prompt_only_where_allowed(tmp_pat
 
     client = session([project.as_uri()])
     client.send(did_open(main.as_uri(), MAIN))
-    before = counts(client).get("python workspace", 0)
+    before = with_definitions(counts(client))
     deadline = time.monotonic() + 30  # the index is built in the background
     n = 0
-    while counts(client).get("python workspace", 0) == before:
+    while with_definitions(counts(client)) == before:
         assert time.monotonic() < deadline, "no request got workspace context"
         ask(client, main.as_uri(), n := n + 1)
         time.sleep(0.2)
@@ -75,8 +80,8 @@ def test_definitions_from_the_folder_reach_the_prompt_only_where_allowed(tmp_pat
         for m in range(2):
             ask(client, uri, 100 + m)
         end = counts(client)
-        assert end.get("python workspace", 0) == start.get("python workspace", 0)
-        assert end.get("python in-file", 0) == start.get("python in-file", 0) + 2
+        assert with_definitions(end) == with_definitions(start)
+        assert len(end) and sum(end.values()) == sum(start.values()) + 2
 
     no_context(client, outside.as_uri())  # not below the declared folder
     off = session([project.as_uri()], {**OPTIONS, "workspaceContext": False})
@@ -85,3 +90,41 @@ def test_definitions_from_the_folder_reach_the_prompt_only_where_allowed(tmp_pat
     no_context(untrusted, main.as_uri())
     remote = session(["vscode-remote://ssh-remote+host" + str(project), "file://otherhost/x"])
     no_context(remote, main.as_uri())
+
+
+BILLING = (
+    "import ledger\n\n\n"
+    "def charge(customer, invoice, gateway):\n"
+    "    receipt = gateway.capture(invoice.total, customer.card)\n"
+    "    ledger.record(customer, invoice, receipt)\n"
+    "    return receipt\n"
+)
+REFUND = (
+    "def refund(customer, invoice, gateway):\n"
+    "    receipt = gateway.reverse(invoice.total, customer.card)\n"
+    "    ledger.record(customer, invoice, receipt)\n"
+    "    \n"
+)
+
+
+def test_a_similar_open_document_reaches_the_prompt_as_a_snippet(tmp_path):
+    """No folder needed: another open document whose code is like the code above the cursor
+    is shown (the stats say "neighbours"); one with nothing alike is not."""
+    client = session([])
+    billing, refund = (tmp_path / "billing.py").as_uri(), (tmp_path / "refund.py").as_uri()
+    client.send(did_open(refund, REFUND))
+    client.send(inline_request("alone", refund, 3, 4))
+    assert "result" in client.reply_to("alone")
+    start = counts(client)
+    client.send(did_open((tmp_path / "unlike.py").as_uri(), "x = 1\ny = 2\n"))
+    client.send(inline_request("unlike", refund, 3, 4))
+    assert "result" in client.reply_to("unlike")
+    client.send(did_open(billing, BILLING))
+    client.send(inline_request("like", refund, 3, 4))
+    assert "result" in client.reply_to("like")
+    deadline = time.monotonic() + 10  # (the stats row is written after the reply)
+    while sum((end := counts(client)).values()) < sum(start.values()) + 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert end.get("python neighbours", 0) == start.get("python neighbours", 0) + 1
+    assert end.get("python in-file", 0) == start.get("python in-file", 0) + 1
