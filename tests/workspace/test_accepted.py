@@ -64,7 +64,8 @@ def test_a_torn_last_record_is_dropped_and_the_rest_kept(tmp_path):
     records = read_records(path)
     assert len(records) == 2
     assert all(
-        "".join(map(chr, r)).endswith(t) for r, t in zip(records, ["one, two)", "three, four)"])
+        "".join(map(chr, r)).endswith(t)
+        for r, t in zip(records, ["one, two)", "three, four)"], strict=True)
     )
     reopened = book(path)
     assert continuation(reopened, "q = g(") == "three, four)"
