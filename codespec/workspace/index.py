@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine.corpus import TokenCorpus
+from ..memory import return_freed_memory
 from .reading import ReadLimits, walk_sources
 from .symbols import Definition, definitions
 
 log = logging.getLogger("codespec.workspace")
 BUSY_POLL_S = 0.05  # how often a paused build looks whether the model is still busy
 NAMES_REFRESH_S = 1.0
+MAX_CHARS_PER_TOKEN = 16
 MAX_INDEXES = 8  # folders indexed at once, all sessions together (each within ReadLimits)
 Tokenize = Callable[[str], list[int]]
 
@@ -97,6 +99,9 @@ class WorkspaceIndex:
                     self.corpus.refresh_if_due()
         if self.tokenize is not None:
             self.corpus.refresh()
+        # the walk's temporaries (texts, parse trees, token lists) are free now; glibc keeps
+        # their pages unless asked (``docs/workspace.md``, "Cost")
+        return_freed_memory()
         self.build_s = time.monotonic() - started
         self.ready.set()
         log.info(
@@ -120,8 +125,9 @@ class WorkspaceIndex:
             self.remove(relative)
             return
         entry = IndexedFile(relative, language, len(text), tuple(definitions(language, text)))
-        if self.tokenize is not None and not self.corpus.put(relative, self.tokenize(text)):
-            log.debug("workspace %s: %s left out of the drafter (token bound)", self.root, relative)
+        if self.tokenize is not None and self._may_fit(relative, text):
+            if not self.corpus.put(relative, self.tokenize(text)):
+                log.debug("workspace %s: %s left out of the drafter (bound)", self.root, relative)
         with self._lock:
             self._changed = True
             old = self.files.get(relative)
@@ -136,6 +142,14 @@ class WorkspaceIndex:
                     self.by_name[name] = kept
                 else:
                     self.by_name.pop(name, None)
+
+    def _may_fit(self, relative: str, text: str) -> bool:
+        """Whether ``text``'s tokens may fit the corpus: a file that surely passes its bound is
+        not tokenized at all (a token holds at most ``MAX_CHARS_PER_TOKEN`` characters, nearly
+        always)."""
+        if relative in self.corpus.segments:
+            return True
+        return len(text) // MAX_CHARS_PER_TOKEN <= self.corpus.max_tokens - self.corpus.total
 
     def corpus_changed(self) -> None:
         """After an editor's document changed the corpus: rebuild the drafter's index now if
