@@ -198,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
         "context, side by side (--per-kind holes per language)",
     )
     b.add_argument(
+        "--repo-lines",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --repo: each hole is the rest of its line and the N-1 lines after it",
+    )
+    b.add_argument(
         "--holes-from", default=None, metavar="FILE", help="rerun the holes of a saved JSON"
     )
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
@@ -550,6 +557,7 @@ def check_flags(args: argparse.Namespace) -> None:
     _in_range(args, "test_load_delay", 0, 3600)
     _in_range(args, "tcp", 1, 65535)
     _in_range(args, "per_kind", 1, 10000)
+    _in_range(args, "repo_lines", 1, 40)
     _in_range(args, "peer_holes", 1, 100000)
 
 

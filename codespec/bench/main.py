@@ -235,7 +235,8 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
     if args.prompt_seconds is not None:
         settings = replace(settings, prompt_seconds=args.prompt_seconds)
     log(f"{machine.cpu_kind()}: prefill {pair.engine.prefill_rate:.0f} tokens/s")
-    result = run_repo(pair, present, languages, per_kind, args.seed, settings, log=log)
+    lines = args.repo_lines
+    result = run_repo(pair, present, languages, per_kind, args.seed, settings, log=log, lines=lines)
     return dict(
         command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
         machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
@@ -244,6 +245,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
             seed=args.seed,
             languages=languages,
             per_language=per_kind,
+            lines=lines,
             max_tokens=max_tokens,
             prompt_seconds=settings.prompt_seconds,
             prefill_tokens_per_s=pair.engine.prefill_rate,

@@ -58,9 +58,12 @@ def repo_root(path: Path, base: Path) -> Path:
     return root
 
 
-def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int) -> list[RepoHole]:
+def cut_repo_holes(
+    packages: list[Package], language: str, count: int, seed: int, lines: int = 1
+) -> list[RepoHole]:
     """Up to ``count`` holes in ``language``, one per file, each at a use of a name that only
-    other files of its repository define."""
+    other files of its repository define: the rest of that line, and ``lines - 1`` lines
+    after it."""
     rng = random.Random(f"{seed}/repo/{language}")
     lang = LANGUAGES[language]
     files = [(p, f) for p in packages if p.spec.language == language for f in source_files(p)]
@@ -104,6 +107,9 @@ def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int
             end = text.find("\n", match.start())
             end = len(text) if end < 0 else end
             rest = text[match.start() : end]
+            for _ in range(lines - 1):  # (the lines after it: a block's worth of completion)
+                after = text.find("\n", end + 1)
+                end = len(text) if after < 0 else after
             line_start = text.rfind("\n", 0, match.start()) + 1
             before = text[line_start : match.start()]
             if len(rest.strip()) < MIN_REST_CHARS or lang.line_comment in before:
@@ -114,7 +120,8 @@ def cut_repo_holes(packages: list[Package], language: str, count: int, seed: int
         if not uses:
             continue
         start, end, name = rng.choice(uses)
-        hole = make_hole(text, (start, end), language, "repo", package, path)
+        kind = "repo" if lines == 1 else f"repo-{lines}"
+        hole = make_hole(text, (start, end), language, kind, package, path)
         holes.append(RepoHole(hole, root, relative, name))
     return holes
 
@@ -130,7 +137,10 @@ def run_repo_hole(
     original = index.files.get(repo.relative)
     index.put(repo.relative, language, hole.prefix + hole.suffix)
     index.corpus.refresh()
-    in_file = options_for(hole, settings, mode=Mode.LINE)  # the rest of a line
+    lines = hole.truth.count("\n") + 1
+    in_file = options_for(  # the rest of a line, or a block of lines
+        hole, settings, mode=Mode.LINE if lines == 1 else Mode.BLOCK, max_lines=lines
+    )
     with_context = with_definitions(in_file)
     budget = definition_chars(in_file, pair.engine.prefill_rate)
     try:
@@ -255,9 +265,14 @@ def run_repo(
     seed: int,
     settings: BenchSettings,
     log=print,
+    lines: int = 1,
 ) -> dict:
-    """Cut the repository holes, run each in both modes, return rows and summary."""
-    holes = [h for language in languages for h in cut_repo_holes(packages, language, count, seed)]
+    """Cut the repository holes, run each in every mode, return rows and summary."""
+    holes = [
+        h
+        for language in languages
+        for h in cut_repo_holes(packages, language, count, seed, lines=lines)
+    ]
     log(f"{len(holes)} repository holes in {len({h.hole.language for h in holes})} languages")
     indexes: dict[Path, WorkspaceIndex] = {}
     tokenizer = pair.tokenizer
