@@ -537,6 +537,13 @@ def test_repository_holes_use_a_name_only_another_file_defines(tmp_path):
     ]
     hole = holes[0].hole
     assert hole.prefix.endswith("    return ") and hole.suffix == "\n"
+    # --repo-lines: the lines after it go too (here the file ends first)
+    [longer] = cut_repo_holes([package], "python", 5, seed=1, lines=3)
+    assert longer.hole.truth == "compute_total(items, tax_rate=0.2)\n" and longer.hole.suffix == ""
+    (pkg / "main.py").write_text((pkg / "main.py").read_text() + "\nprint(run([1]))\nexit()\n")
+    [longer] = cut_repo_holes([package], "python", 5, seed=1, lines=3)
+    assert longer.hole.truth == "compute_total(items, tax_rate=0.2)\n\nprint(run([1]))"
+    assert longer.hole.kind == "repo-3" and longer.hole.suffix == "\nexit()\n"
 
 
 def test_bench_repo_end_to_end(tiny_manifest, tmp_path):
