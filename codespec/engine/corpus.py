@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ngram import vote
+from .ngram import adapted_span, vote
 from .proposers import Proposals, Sampling
 from .tree import Candidate
 
@@ -213,10 +213,4 @@ class CorpusProposer:
         return 0
 
     def observe(self, proposed: int, accepted: int) -> None:
-        """Adapt the span as prompt lookup does: longer after a fully kept span."""
-        if proposed <= 0:
-            return
-        if accepted >= proposed:
-            self.span = min(self.span + 2, self.max_span)
-        else:
-            self.span = max(self.span - 1, 2)
+        self.span = adapted_span(self.span, self.max_span, proposed, accepted)

@@ -80,13 +80,15 @@ class NgramProposer:
         return found
 
     def observe(self, proposed: int, accepted: int) -> None:
-        """Adapt the span: grow after a fully accepted span, shrink after a rejection."""
-        if proposed <= 0:
-            return
-        if accepted >= proposed:
-            self.span = min(self.span + 2, self.max_span)
-        else:
-            self.span = max(self.span - 1, 2)
+        self.span = adapted_span(self.span, self.max_span, proposed, accepted)
+
+
+def adapted_span(span: int, max_span: int, proposed: int, accepted: int) -> int:
+    """A lookup proposer's next span: longer after a fully kept span, shorter after a
+    rejection (a run of repeated text tends to go on, a broken one to stay broken)."""
+    if proposed <= 0:
+        return span
+    return min(span + 2, max_span) if accepted >= proposed else max(span - 1, 2)
 
 
 UNANIMOUS, SINGLE, SPLIT = "unanimous", "single", "split"

@@ -98,6 +98,28 @@ def did_open(uri, text):
     }
 
 
+def folder_session(path, folders: list[str], options: dict, **capabilities) -> RawClient:
+    """A client on the socket at ``path``, initialized with these workspace folder URIs,
+    initialization options and capabilities."""
+    client = unix_client(path)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "capabilities": capabilities,
+                "workspaceFolders": [{"uri": uri, "name": "w"} for uri in folders],
+                "initializationOptions": options,
+            },
+        }
+    )
+    assert "result" in client.reply_to("init")
+    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return client
+
+
 def unix_client(path) -> RawClient:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(path))

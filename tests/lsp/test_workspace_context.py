@@ -9,7 +9,7 @@ import time
 
 import pytest
 from lsp_helpers import SOCKET
-from rpc import RawClient, did_open, inline_request, unix_client
+from rpc import RawClient, did_open, folder_session, inline_request
 
 pytestmark = pytest.mark.usefixtures("daemon")
 OPTIONS = {"stopRules": False, "maxTokens": 4, "warmAhead": False}
@@ -18,23 +18,7 @@ MAIN = "from tax import compute_total\n\n\ndef run(items):\n    return compute_t
 
 
 def session(folders: list[str], options: dict = OPTIONS, **capabilities) -> RawClient:
-    client = unix_client(SOCKET)
-    client.send(
-        {
-            "jsonrpc": "2.0",
-            "id": "init",
-            "method": "initialize",
-            "params": {
-                "processId": None,
-                "capabilities": capabilities,
-                "workspaceFolders": [{"uri": uri, "name": "w"} for uri in folders],
-                "initializationOptions": options,
-            },
-        }
-    )
-    assert "result" in client.reply_to("init")
-    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    return client
+    return folder_session(SOCKET, folders, options, **capabilities)
 
 
 def counts(client: RawClient) -> dict[str, int]:

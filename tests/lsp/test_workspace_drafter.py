@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 from lsp_helpers import start_daemon
-from rpc import RawClient, did_open, unix_client
+from rpc import RawClient, did_open, folder_session
 
 from codespec.workspace.accepted import FILE_NAME, read_records
 
 OPTIONS = {"stopRules": False, "maxTokens": 8, "warmAhead": False}
-CALL = "    result = configure_pipeline(stage_alpha, stage_beta, retries=7, timeout=30)\n"
-LIB = "def build(stage_alpha, stage_beta):\n" + CALL + "    return result\n"
 # what main.py's last line holds so far: ending on a whole token (a trailing space would be
 # a token the file never holds, and the lookup would start only after the model's first tokens)
 TYPED = "    result = configure_pipeline(stage_alpha,"
@@ -42,23 +40,7 @@ def drafter_daemon(tiny_manifest, tmp_path):
 
 
 def session(socket_path, folder: Path | None, options: dict = OPTIONS) -> RawClient:
-    client = unix_client(socket_path)
-    client.send(
-        {
-            "jsonrpc": "2.0",
-            "id": "init",
-            "method": "initialize",
-            "params": {
-                "processId": None,
-                "capabilities": {},
-                "workspaceFolders": [{"uri": folder.as_uri(), "name": "w"}] if folder else None,
-                "initializationOptions": options,
-            },
-        }
-    )
-    assert "result" in client.reply_to("init")
-    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    return client
+    return folder_session(socket_path, [folder.as_uri()] if folder else [], options)
 
 
 def ask(client: RawClient, uri: str, text: str, msg_id: str) -> dict:
