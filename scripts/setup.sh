@@ -25,25 +25,36 @@ fi
 # llama-cpp-python (pinned), for its OpenAI-compatible server: the remote-engine tests run
 # codespec against it, and `codespec bench --peer llama.cpp` uses it. PyPI has only its source;
 # the wheel is built once per machine (minutes: README, set-up) and kept in the user cache,
-# keyed by the CPU's flags (the build uses the CPU's own instructions).
-if ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
-  LLAMA_CPP=llama-cpp-python==0.3.36
-  CPU_KEY=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
-  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/${CPU_KEY:-any}"
+# keyed by the CPU's flags and the build's options (the build uses the CPU's own instructions).
+# ggml's AMX kernels are left out: on a CPU that reports AMX they crashed the first batched
+# pass with SIGILL (docs/benchmarks.md, "ggml as a verifier"), while the AVX-512 ones run.
+LLAMA_CPP=llama-cpp-python==0.3.36
+LLAMA_CMAKE="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
+LLAMA_CFLAGS=""
+grep -qw amx_tile /proc/cpuinfo 2>/dev/null && LLAMA_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD_KEY=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$LLAMA_CPP $LLAMA_CMAKE $LLAMA_CFLAGS") \
+  | sha256sum | cut -c1-12)
+if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
+  || ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
+  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/$BUILD_KEY"
   WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$WHEEL" ]; then
     if command -v cmake >/dev/null && command -v c++ >/dev/null; then
       echo "codespec setup: building $LLAMA_CPP once for this machine (minutes)" >&2
+      # --no-cache-dir: pip's own cache would hand back a wheel built with other options.
       mkdir -p "$WHEELS"
-      CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-        "${PIP[@]}" wheel -q --no-deps -w "$WHEELS" "$LLAMA_CPP" >&2 || true
+      CMAKE_ARGS="$LLAMA_CMAKE -DCMAKE_C_FLAGS='$LLAMA_CFLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_CFLAGS'" \
+        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        "${PIP[@]}" wheel -q --no-cache-dir --no-deps -w "$WHEELS" "$LLAMA_CPP" >&2 || true
       WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
     else
       echo "codespec setup: no cmake or C++ compiler: skipping llama-cpp-python (the remote-engine tests will be skipped)" >&2
     fi
   fi
   if [ -n "$WHEEL" ]; then
-    "${PIP[@]}" install -q "${EXTRA[@]}" "$WHEEL[server]"
+    "${PIP[@]}" install -q --force-reinstall --no-deps "${EXTRA[@]}" "$WHEEL" \
+      && "${PIP[@]}" install -q "${EXTRA[@]}" "$WHEEL[server]" \
+      && echo "$BUILD_KEY" > .venv/.llama-cpp-build
   fi
 fi
 # Join, verify and convert the default pair once (a few minutes the first time, then instant).
