@@ -34,6 +34,7 @@ from pathlib import Path
 WIDTHS = range(1, 17)
 TIMED_WIDTHS = (1, 2, 4, 8, 16)
 CACHED = (2000, 600, 100)  # descending: one prefill, then cut back
+SEQUENCES = 3  # a tree's two leaves, and one to park rejected cells under
 
 
 def configurations() -> dict[str, dict]:
@@ -62,7 +63,9 @@ def tiled_env(tiled: str) -> dict[str, str]:
 
 
 class Context:
-    """A llama.cpp context on one sequence, decoding token lists at given positions."""
+    """A llama.cpp context decoding tokens at given positions, each in one or more sequences
+    (a token tree: one sequence per leaf, each node in every sequence of the leaves below it;
+    the unified K/V cache lets one batch hold such coupled sequences)."""
 
     def __init__(self, gguf: str, repack: bool, flash: bool, kv: str, threads: int, n_ctx: int):
         import llama_cpp as L
@@ -77,7 +80,7 @@ class Context:
         cp = L.llama_context_default_params()
         cp.n_ctx = n_ctx
         cp.n_batch = cp.n_ubatch = 512
-        cp.n_seq_max = 1
+        cp.n_seq_max = SEQUENCES
         cp.n_threads = cp.n_threads_batch = threads
         cp.flash_attn_type = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -91,7 +94,7 @@ class Context:
         self.memory = L.llama_get_memory(self.ctx)
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        self.batch = L.llama_batch_init(512, 0, 1)
+        self.batch = L.llama_batch_init(512, 0, SEQUENCES)
 
     def tokenize(self, text: str) -> list[int]:
         data = text.encode()
@@ -100,30 +103,43 @@ class Context:
         return list(buf[:n])
 
     def decode(self, tokens: list[int], start: int, logits: bool):
-        """Decode ``tokens`` at positions start.. in one pass; their logits rows if asked."""
+        """Decode ``tokens`` at positions start.. of sequence 0 in one pass; their logits rows
+        if asked."""
+        return self.decode_nodes([(t, start + i, (0,)) for i, t in enumerate(tokens)], logits)
+
+    def decode_nodes(self, nodes: list[tuple[int, int, tuple[int, ...]]], logits: bool):
+        """Decode (token, position, sequences) nodes in one pass, in this order."""
         import numpy as np
 
         b = self.batch
-        for i, token in enumerate(tokens):
+        for i, (token, pos, seqs) in enumerate(nodes):
             b.token[i] = token
-            b.pos[i] = start + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
+            b.pos[i] = pos
+            b.n_seq_id[i] = len(seqs)
+            for j, seq in enumerate(seqs):
+                b.seq_id[i][j] = seq
             b.logits[i] = logits
-        b.n_tokens = len(tokens)
+        b.n_tokens = len(nodes)
         if self.L.llama_decode(self.ctx, b) != 0:
-            raise SystemExit(f"llama_decode failed at {start} (+{len(tokens)})")
+            raise SystemExit(f"llama_decode failed at {nodes[0][1]} (+{len(nodes)})")
         if not logits:
             return None
-        rows = np.empty((len(tokens), self.n_vocab), dtype=np.float32)
-        for i in range(len(tokens)):
+        rows = np.empty((len(nodes), self.n_vocab), dtype=np.float32)
+        for i in range(len(nodes)):
             ptr = self.L.llama_get_logits_ith(self.ctx, i)
             rows[i] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         return rows
 
     def cut(self, length: int) -> None:
-        """Forget every position from ``length`` on."""
-        self.L.llama_memory_seq_rm(self.memory, 0, length, -1)
+        """Forget every position from ``length`` on, in every sequence."""
+        self.L.llama_memory_seq_rm(self.memory, -1, length, -1)
+
+    def share(self, source: int, target: int) -> None:
+        """Make every cell of sequence ``source`` belong to ``target`` too (metadata only)."""
+        self.L.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+
+    def drop(self, seq: int, start: int) -> None:
+        self.L.llama_memory_seq_rm(self.memory, seq, start, -1)
 
     def prefill(self, tokens: list[int]) -> float:
         t0 = time.perf_counter()
@@ -161,9 +177,55 @@ def measure(ctx: Context, tokens: list[int], reps: int) -> dict:
             )
             ctx.cut(cached)
         result["cached"][cached] = widths
+        result.setdefault("tree", {})[cached] = check_tree(ctx, after, reference, cached)
         if cached == CACHED[1]:
             result["ms_per_pass"] = time_passes(ctx, tokens, cached, reps)
     return result
+
+
+def check_tree(ctx: Context, after: list[int], reference, cached: int) -> dict:
+    """A two-leaf tree in one pass against plain decoding of each branch, then the next token
+    of the accepted branch with the rejected one's cells freed or parked.
+
+    Branch A is the text (``after[0:3]``), branch B shares its first token and then differs.
+    The batch puts B's nodes before A's, so A's cells lie after B's: freeing B leaves holes
+    below A that the next token fills (cell order no longer position order); parking B under a
+    third sequence keeps the cells where they are, hidden from A."""
+    import numpy as np
+
+    root, a1, a2, following = after[0], after[1], after[2], after[3]
+    b1, b2 = after[5], after[6]
+    if b1 == a1:
+        b1 = (b1 + 1) % ctx.n_vocab
+    ctx.cut(cached)
+    branch_b = np.concatenate(
+        [ctx.decode([t], cached + j, True) for j, t in enumerate((root, b1, b2))]
+    )
+    out = {}
+    for keep in ("freed", "parked"):
+        ctx.cut(cached)
+        ctx.share(0, 1)
+        nodes = [
+            (root, cached, (0, 1)),
+            (b1, cached + 1, (1,)),
+            (b2, cached + 2, (1,)),
+            (a1, cached + 1, (0,)),
+            (a2, cached + 2, (0,)),
+        ]
+        rows = ctx.decode_nodes(nodes, True)
+        expected = [reference[0], branch_b[1], branch_b[2], reference[1], reference[2]]
+        out["nodes_same"] = sum(same_bits(r, e) for r, e in zip(rows, expected, strict=True))
+        if keep == "freed":
+            ctx.drop(1, 0)
+        else:
+            ctx.share(1, 2)  # parked: B's cells now belong to a sequence nobody reads
+            ctx.drop(1, 0)
+        nxt = ctx.decode([following], cached + 3, True)[0]
+        out[f"next_same_{keep}"] = same_bits(nxt, reference[3])
+        ctx.cut(cached)
+        ctx.L.llama_memory_seq_rm(ctx.memory, 2, -1, -1)
+    out["nodes"] = len(nodes)
+    return out
 
 
 def time_passes(ctx: Context, tokens: list[int], cached: int, reps: int) -> dict[int, float]:
@@ -224,6 +286,8 @@ def report(results: dict[str, dict]) -> str:
             f"{name:<43}{'yes' if ok else 'no':>9}{rows_off:>10}{next_off:>10}"
             f"{argmax_off:>12}  {ms}{r['prefill_tok_s']:>15.1f}"
         )
+    lines.append("")
+    lines.append(tree_report(results))
     invariant = {n: r for n, r in results.items() if verdict(r)[0]}
     if invariant:
         best = min(invariant, key=lambda n: sum(invariant[n]["ms_per_pass"].values()))
@@ -234,6 +298,22 @@ def report(results: dict[str, dict]) -> str:
         f"rows off / next off: over widths 1-{max(WIDTHS)} at {', '.join(map(str, CACHED))} cached "
         "tokens, rows of a wide pass (and the token decoded alone after it) whose logits differ "
         "in any bit from plain one-row decoding"
+    )
+    return "\n".join(lines)
+
+
+def tree_report(results: dict[str, dict]) -> str:
+    """Per configuration: tree nodes differing from plain decoding of their branch, and passes
+    after which the accepted branch's next token differs, the rejected cells freed or parked."""
+    lines = ["configuration                              tree nodes off  next off freed  parked"]
+    for name, r in results.items():
+        trees = r.get("tree", {}).values()
+        nodes_off = sum(t["nodes"] - t["nodes_same"] for t in trees)
+        freed = sum(not t["next_same_freed"] for t in trees)
+        parked = sum(not t["next_same_parked"] for t in trees)
+        lines.append(f"{name:<43}{nodes_off:>14}{freed:>16}{parked:>8}")
+    lines.append(
+        f"(a 5-node, two-leaf tree after each of {', '.join(map(str, CACHED))} cached tokens)"
     )
     return "\n".join(lines)
 

@@ -60,9 +60,11 @@ def test_the_harness_checks_widths_against_one_row_decoding(tmp_path):
             assert len(widths) == len(harness.WIDTHS)
             assert widths["1"]["rows_same"] == 1, name  # the same pass twice: the same bits
         assert set(result["ms_per_pass"]) == {str(w) for w in harness.TIMED_WIDTHS}
+        assert set(result["tree"]) == {str(c) for c in harness.CACHED}
+        assert all(0 <= t["nodes_same"] <= t["nodes"] == 5 for t in result["tree"].values())
     ok, rows_off, next_off = harness.verdict(results[EXACT])
     assert ok == (rows_off == 0 and next_off == 0)
-    assert EXACT in run.stdout and "invariant" in run.stdout
+    assert EXACT in run.stdout and "invariant" in run.stdout and "tree nodes off" in run.stdout
 
 
 def test_an_unknown_configuration_is_one_line(tmp_path):
