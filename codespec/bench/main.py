@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -156,7 +159,12 @@ def run(args: argparse.Namespace, log=print) -> dict:
 
     t0 = time.perf_counter()
     pair = load_pair(
-        args.pair, device=args.device, draft_mode=args.draft, progress=log, quantize=args.quantize
+        args.pair,
+        device=args.device,
+        draft_mode=args.draft,
+        progress=log,
+        quantize=args.quantize,
+        backend=args.backend,
     )
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()
@@ -202,6 +210,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
             suffix_tokens=settings.suffix_tokens,
             prompt_seconds=settings.prompt_seconds,
             draft=args.draft,
+            background_load=getattr(args, "background_load", 0),
+            backend=pair.backend,
         ),
         memory=dict(after_load=memory_after_load, peak=peak_memory_mb()),
         costs=pass_costs(pair),
@@ -229,7 +239,12 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
 
     present = sources.packages(corpus_dir, set(languages))
     pair = load_pair(
-        args.pair, device=args.device, draft_mode=args.draft, progress=log, quantize=args.quantize
+        args.pair,
+        device=args.device,
+        draft_mode=args.draft,
+        progress=log,
+        quantize=args.quantize,
+        backend=args.backend,
     )
     settings = BenchSettings(max_tokens=max_tokens)
     if args.prompt_seconds is not None:
@@ -324,7 +339,8 @@ def main(args: argparse.Namespace) -> int:
             docs_from(Path(args.docs_from), Path(args.docs))
             print(f"wrote {args.docs}")
             return 0
-        result = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
+        with background_load(getattr(args, "background_load", 0)):
+            result = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
     except BenchError as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)
         return 2
@@ -353,6 +369,19 @@ def main(args: argparse.Namespace) -> int:
         write_docs(result, Path(args.docs))
         print(f"wrote {args.docs}")
     return 0
+
+
+@contextlib.contextmanager
+def background_load(processes: int) -> Iterator[None]:
+    """While inside: ``processes`` CPU-bound processes run beside the measurement (a user's
+    build or language server), each keeping one core busy."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
 
 
 def docs_from(saved: Path, docs: Path) -> None:

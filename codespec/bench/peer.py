@@ -170,8 +170,14 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
     lines += [
         "",
         f"- llama.cpp greedy output identical to codespec's: "
-        f"{s['llama.cpp plain matches codespec plain']} of {s['holes']} holes (different "
-        "kernels and arithmetic: llama.cpp rounds activations to 8 bits in its dot products).",
+        f"{s['llama.cpp plain matches codespec plain']} of {s['holes']} holes"
+        + (
+            "."
+            if s["llama.cpp plain matches codespec plain"] == s["holes"]
+            else " (other kernels round differently: on torch, llama.cpp rounds activations to "
+            "8 bits in its dot products; on ggml, a lone row takes its GEMV kernel where "
+            "codespec's padded rows take the GEMM one)."
+        ),
         f"- llama.cpp prompt lookup output identical to its own greedy: "
         f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
     ]

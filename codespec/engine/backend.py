@@ -1,12 +1,14 @@
 """The target-backend seam: what the decode loop needs from the model it verifies with.
 
 The loop (``loop.py``), the policy and the proposers see the target only through these
-operations; ``kvcache.CachedModel`` implements them over torch, and another implementation (a
-model on ggml's kernels, say) plugs in without touching them. What an implementation must keep:
+operations; ``kvcache.CachedModel`` implements them over torch, ``ggml.backend.GgmlModel`` over
+llama.cpp's CPU kernels. What an implementation must keep:
 
-* **exactness**: the logits of a position are a function of the tokens before it, whatever pass
-  computed it (a one-row pass, a row of a chain, a node of a tree), where ``calibrate`` finds
-  one-row passes exact; where it does not, the loop pads one-row passes (``Engine._verify``);
+* **exactness**: a decode pass gives a position the same logits, and writes it the same keys
+  and values, whatever pass computed it (a one-row pass, a row of a chain, a node of a tree),
+  where ``calibrate`` finds one-row passes exact; where it does not, the loop pads one-row
+  passes (``Engine._verify``). (torch's rows are also the same bits as a prefill's; ggml's
+  prefill rounds differently, which plain and speculative decoding share.)
 * **stopping**: a pass given a ``StopSignal`` asks it before each layer and, once told to stop,
   raises ``Cancelled`` with the cache as it was before the pass (``stop.py``);
 * **one sequence**: after ``keep`` of an accepted path the cache holds a plain sequence again.

@@ -77,6 +77,9 @@ class Engine(Calibrated, WarmUps):
     ) -> None:
         self.target = target
         target.use_width_independent_rows()  # the same logits for a position in any pass
+        # nodes a pass may verify besides the pending token: a backend whose rows are exact
+        # only up to some width says so (ggml: ``ggml/backend.py``), whatever the policy says
+        self.max_tree_nodes = getattr(target, "max_pass_rows", 1 << 30) - 1
         self.stop_ids = set(stop_ids or ())
         self.ngram = ngram or NgramProposer()
         self.corpus = CorpusProposer()  # fed per request (``GenerationParams.corpora``)
@@ -168,7 +171,7 @@ class Engine(Calibrated, WarmUps):
         remaining = params.max_tokens - len(out.tokens)
         proposal = Proposal(TokenTree())
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
-        cap = min(self.policy.max_nodes_limit, remaining - 1)
+        cap = min(self.policy.max_nodes_limit, self.max_tree_nodes, remaining - 1)
         if not params.speculate or cap <= 0:
             return proposal
         tree = proposal.tree

@@ -1,0 +1,99 @@
+"""Which backend runs a GGUF pair's target on this CPU: measured once per machine, then read.
+
+``--backend auto`` on a CPU with llama-cpp-python installed times the target on both backends
+the first time (a ggml pass is padded to whole row groups to stay exact, a torch pass runs its
+int4/int8 kernels: which is cheaper differs by CPU, ``docs/benchmarks.md``, "ggml against
+torch") and keeps the figures beside the kernel plans, keyed by the processor, its kernel
+flags, torch's version and the thread count (``quant.kernels.machine_fingerprint``) and by the
+target file. A later start reads them. Deleting the file measures again.
+
+What is compared: a small request after ``CONTEXT`` cached tokens, its prompt's new tokens
+prefilled and a few tokens decoded (``_price``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .engine.timing import pass_seconds
+from .files import parse_json
+from .models import PairManifest, Progress, cache_root
+from .quant.kernels import machine_fingerprint, write_atomically
+
+CONTEXT = 512
+PREFILL = 64
+STEPS = 16
+BACKENDS = ("ggml", "torch")
+
+
+def verdict_file(manifest: PairManifest) -> Path:
+    return cache_root() / "kernels" / f"backend-{manifest.target.sha256[:16]}.json"
+
+
+def cached(manifest: PairManifest) -> dict | None:
+    """This machine's measured prices (seconds per backend), or None."""
+    try:
+        saved = parse_json(verdict_file(manifest).read_text())
+        prices = saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(prices, dict) and all(
+        isinstance(prices.get(b), int | float) and prices[b] > 0 for b in BACKENDS
+    )
+    return prices if ok else None
+
+
+def faster(prices: dict) -> str:
+    return min(BACKENDS, key=lambda backend: prices[backend])
+
+
+def measure(manifest: PairManifest, progress: Progress) -> dict:
+    """Time the target on both backends (loaded one after the other) and remember it."""
+    from .engine import CachedModel
+    from .ggml.backend import GgmlModel
+    from .models import gguf_file
+    from .runtime import _load_model, prepared_folder
+
+    src = manifest.target
+    path = gguf_file(src, manifest.install_hint)  # (a missing model fails here, in one line)
+    progress("timing the target on ggml and on torch (once on this machine)")
+    ggml = GgmlModel(str(path))
+    prices = {"ggml": _price(ggml)}
+    ggml.close()
+    del ggml
+    folder = prepared_folder(manifest, src, "auto", progress)
+    model, _, _ = _load_model(src, folder, "auto", manifest.dtype, "cpu")
+    torch_target = CachedModel(model)
+    torch_target.use_width_independent_rows()
+    prices["torch"] = _price(torch_target)
+    del torch_target, model
+    _remember(manifest, prices)
+    return prices
+
+
+def _price(target) -> float:
+    """Seconds of a small request after ``CONTEXT`` cached tokens: ``PREFILL`` new prompt
+    tokens, then ``STEPS`` one-token decoding steps (speculation's wider passes cost the two
+    backends in about the same proportion: ``docs/benchmarks.md``, "ggml against torch")."""
+    vocab = target.vocab_size
+    ids = [(7 * i + 100) % vocab for i in range(CONTEXT + PREFILL)]
+    step = pass_seconds(target, ids[:CONTEXT], ids[:1], repeats=5)
+    target.prefill(ids[:CONTEXT])
+    t0 = time.perf_counter()
+    target.prefill(ids)
+    prefill = time.perf_counter() - t0
+    target.reset()
+    return STEPS * step + prefill
+
+
+def _remember(manifest: PairManifest, prices: dict) -> None:
+    path = verdict_file(manifest)
+    try:
+        saved = parse_json(path.read_text())
+        saved = saved if isinstance(saved, dict) else {}
+    except (OSError, ValueError):
+        saved = {}
+    saved[machine_fingerprint()] = {b: round(prices[b], 4) for b in BACKENDS}
+    write_atomically(path, json.dumps(saved, indent=1))

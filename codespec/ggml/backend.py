@@ -1,0 +1,361 @@
+"""The ggml target backend: the seam of ``engine/backend.py`` over llama.cpp's CPU kernels.
+
+Exactness. Speculation is exact only if a row of a verification pass is the same bits as the
+row plain decoding computes for that position. llama.cpp picks kernels by the width of a pass:
+with its repacked 4-bit weights a lone row goes through a GEMV kernel and groups of four rows
+through a GEMM kernel, whose sums round differently; the tiled path joins at eight rows, and
+flash attention takes a split-K/V path for a lone row over a long cache. So every pass here is
+padded to a whole number of four-row groups (rows no one reads, under a sequence of their own,
+freed after the pass): every row of every decode pass, plain or speculative, is then a GEMM
+row, and a row's numbers do not depend on the others in its pass. Where llama.cpp's tiled path
+is on (its default), passes stay at four rows; with ``GGML_CPU_TILED_MM=0`` they may be wider.
+``benchmarks/ggml_invariance.py`` measures which settings are exact and what they cost
+(``docs/benchmarks.md``, "ggml as a verifier"); ``rows_are_exact`` checks it at load.
+
+Prefill chunks are not padded: their rows may round differently from a decode pass's, but
+plain and speculative decoding of a request start from the same prefilled cache, so they still
+agree token for token.
+
+Trees. One sequence per leaf, each node in the sequences of every leaf below it, the cached
+text shared with them (llama.cpp's mask shows a cell to a row when the cell carries the row's
+first sequence at a lower or equal position). After the walk the accepted path joins sequence
+0 and the rejected nodes are *parked*: kept under a sequence nobody reads, because freeing them
+would leave holes that later tokens fill out of position order, and flash attention sums cells
+in index order. Parked cells are given back when the cache is compacted (the text saved and
+restored, contiguous) or the place is parked.
+
+Places. The other places' caches are parked as bytes (``llama_state_seq_get_data``) within the
+slot pool's budget (``engine/slots.py``); going back restores them.
+
+Look-ahead trees (``engine/ahead.py``) are not computed on this backend: those methods say
+nothing was looked ahead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
+from ..engine.stop import Cancelled, StopSignal
+from .llama import Aborted, CacheFull, LlamaContext, Node, Settings
+
+GROUP = 4  # rows of the repacked GEMM kernel: every decode pass is a whole number of groups
+TEXT = 0  # the sequence of the cached text
+LEAVES = range(1, 17)  # a tree's leaves
+PARKED = 17  # rejected tree nodes, kept in place until the cache is compacted
+PADDING = 18  # the rows that fill a pass up to a whole group
+SEQUENCES = 19
+# Compact (give parked cells back) once text and parked cells fill this share of the cache:
+# well before the end, where llama.cpp's search for free cells wraps around to lower ones.
+COMPACT_AT = 0.75
+
+
+def pass_rows_limit() -> int:
+    """Rows a decode pass may have and stay exact: a group, unless the tiled path is off."""
+    return 16 if os.environ.get("GGML_CPU_TILED_MM") == "0" else GROUP
+
+
+@dataclass
+class TreePass:
+    """The last pass, when it was a token tree: what ``keep`` needs to settle its cells."""
+
+    start: int  # position (and index in ``ids``) of its first row
+    sequences: list[tuple[int, ...]]  # each row's sequences, the first decides what it sees
+    leaves: list[int]  # the leaf sequences it used
+
+
+class GgmlModel:
+    """A GGUF model on llama.cpp's CPU kernels with codespec's cache rules (one per model)."""
+
+    def __init__(
+        self,
+        path: str,
+        padded: bool = True,
+        settings: Settings | None = None,
+        slots: int = 4,
+        parked_budget_bytes: int = PARKED_BUDGET_BYTES,
+    ) -> None:
+        self.llama = LlamaContext(path, settings or Settings(n_seq_max=SEQUENCES))
+        self.padded = padded  # the target pads (exactness); a draft runs lone rows (speed)
+        self.max_pass_rows = pass_rows_limit() if padded else self.llama.settings.n_batch
+        self.ids: list[int] = []
+        self.prefill_chunk = self.llama.settings.n_batch
+        self.forward_calls = 0
+        self.pool = SlotPool(len, slots, parked_budget_bytes)
+        self.parked = 0  # cells parked under PARKED
+        self.tree: TreePass | None = None
+        self.ahead = None  # no look-ahead trees here (the warm-up code reads this)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.llama.n_vocab
+
+    def use_width_independent_rows(self) -> None:
+        """Nothing to switch: padding to whole groups is what makes rows width-independent."""
+
+    def close(self) -> None:
+        self.llama.close()
+
+    # -- passes ------------------------------------------------------------------------------
+
+    def prefill(
+        self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
+    ) -> tuple[torch.Tensor, int, int]:
+        """Make the cache hold ``ids`` (reusing the longest cached prefix, in any slot); return
+        (logits after the last id, reused, computed). ``stop`` is asked between chunks (what
+        was computed stays) and inside a chunk (that chunk is dropped)."""
+        if not ids:
+            raise ValueError("cannot prefill an empty prompt")
+        self._select_slot(ids)
+        reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
+        self.crop(reuse)
+        self._make_room(len(ids) - reuse)
+        step = max(1, min(chunk or self.prefill_chunk, self.llama.settings.n_batch))
+        # The target computes the last id in a padded pass of its own, as a decoding step
+        # does: its logits are then the same whether the rest was prefilled just now, earlier
+        # or in other chunks (a chunk's rows round by the chunk's width).
+        body = len(ids) - 1 if self.padded else len(ids)
+        logits = None
+        for start in range(reuse, body, step):
+            if stop is not None and stop.at_chunk_end():
+                raise Cancelled()
+            rows = ids[start : min(start + step, body)]
+            last = start + len(rows) == len(ids)
+            nodes = [
+                (t, start + i, (TEXT,), last and i == len(rows) - 1) for i, t in enumerate(rows)
+            ]
+            logits = self._decode(nodes, stop, prefill_rows=len(rows))
+            self.ids.extend(rows)
+            self.forward_calls += 1
+        if self.padded:
+            if stop is not None and stop.at_chunk_end():
+                raise Cancelled()
+            node = (ids[-1], len(ids) - 1, (TEXT,), True)
+            logits = self._decode([node], stop, prefill_rows=1, pad=True)
+            self.ids.append(ids[-1])
+            self.forward_calls += 1
+        assert logits is not None
+        return torch.from_numpy(logits[-1]), reuse, len(ids) - reuse
+
+    def forward(
+        self,
+        tokens: list[int],
+        tree_mask: torch.Tensor | None = None,
+        depths: list[int] | None = None,
+        all_logits: bool = True,
+        stop: StopSignal | None = None,
+    ) -> torch.Tensor:
+        """Append a chain, or a token tree (``tree_mask``: which new token sees which;
+        ``depths``: each one's position past the cache), and return float32 logits at each
+        token, (len(tokens), V), or (1, V) for the last one."""
+        self._end_tree()
+        past = len(self.ids)
+        if tree_mask is None:
+            sequences = [(TEXT,)] * len(tokens)
+            positions = [past + i for i in range(len(tokens))]
+        else:
+            assert depths is not None
+            sequences = tree_sequences(tree_mask)
+            positions = [past + d for d in depths]
+        want = [all_logits or i == len(tokens) - 1 for i in range(len(tokens))]
+        nodes = list(zip(tokens, positions, sequences, want, strict=True))
+        leaves = sorted({s for seqs in sequences for s in seqs if s != TEXT})
+        self._make_room(len(nodes) + GROUP)
+        for leaf in leaves:  # the text is every leaf's too (metadata only)
+            self.llama.share(TEXT, leaf)
+        try:
+            logits = self._decode(nodes, stop)
+        except Cancelled:
+            for leaf in leaves:  # llama.cpp dropped the pass's cells, not the sharing
+                self.llama.remove(leaf)
+            raise
+        self.ids.extend(tokens)
+        self.forward_calls += 1
+        if leaves:
+            self.tree = TreePass(past, sequences, leaves)
+        return torch.from_numpy(logits)
+
+    def _decode(
+        self,
+        nodes: list[Node],
+        stop: StopSignal | None,
+        prefill_rows: int | None = None,
+        pad: bool | None = None,
+    ):
+        """One llama.cpp pass; a decode pass of the target is padded to whole groups, and all
+        its rows ask for logits: llama.cpp runs the last layer and the output matrix on the
+        rows that ask only, so asking for fewer would change those kernels' width."""
+        padding: list[Node] = []
+        pad = self.padded and prefill_rows is None if pad is None else pad
+        if pad:
+            wanted = [want for *_, want in nodes]
+            nodes = [(token, pos, seqs, True) for token, pos, seqs, _ in nodes]
+            padding = [(nodes[-1][0], k, (PADDING,), True) for k in range(-len(nodes) % GROUP)]
+        abort = (lambda: stop.stops_pass(prefill_rows)) if stop is not None else None
+        try:
+            logits = self.llama.decode(nodes + padding, abort)
+            if pad:
+                logits = logits[: len(wanted)][np.array(wanted)]
+            return logits
+        except Aborted:
+            raise Cancelled() from None
+        finally:
+            if padding:  # the newest cells: freeing them leaves no hole below the text
+                self.llama.remove(PADDING)
+
+    # -- cache edits -------------------------------------------------------------------------
+
+    def keep(self, n: int, extra: list[int]) -> None:
+        """Keep positions ``[0, n)`` plus the positions in ``extra`` (all ``>= n``, ascending:
+        an accepted path of the last pass)."""
+        tree, self.tree = self.tree, None
+        if tree is None:  # a chain: what is kept is a prefix of it
+            assert extra == list(range(n, n + len(extra))), "a chain keeps a prefix"
+            self.crop(n + len(extra))
+            return
+        if extra:  # the leaf below the path's last node spells the whole path
+            leaf = tree.sequences[extra[-1] - tree.start][0]
+            if leaf != TEXT:
+                self.llama.share(leaf, TEXT, n, n + len(extra))
+        self._park_leaves(tree, n)
+        self.parked -= len(extra)  # (the path's cells are the text's now)
+        self.ids = self.ids[:n] + [self.ids[i] for i in extra]
+        self.llama.remove(TEXT, len(self.ids))  # (a trunk past the path: the newest cells)
+
+    def _park_leaves(self, tree: TreePass, n: int) -> None:
+        """Move the tree's nodes past position ``n`` out of its leaf sequences into PARKED."""
+        for leaf in tree.leaves:
+            self.llama.share(leaf, PARKED, n)
+            self.llama.remove(leaf)
+        self.parked += sum(1 for seqs in tree.sequences if TEXT not in seqs)
+
+    def _end_tree(self) -> None:
+        """Settle a tree pass nobody called ``keep`` for (a cancelled request): keep its trunk."""
+        if self.tree is not None:
+            tree, self.tree = self.tree, None
+            trunk = sum(1 for seqs in tree.sequences if TEXT in seqs)
+            self._park_leaves(tree, tree.start + trunk)
+            self.ids = self.ids[: tree.start + trunk]
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached positions (the rest are the newest cells of the text:
+        freeing them leaves no hole below it)."""
+        self._end_tree()
+        if n < len(self.ids):
+            self.llama.remove(TEXT, n)
+            self.ids = self.ids[:n]
+
+    def reset(self) -> None:
+        """Forget everything cached, in every slot."""
+        self.tree = None
+        self.llama.clear()
+        self.ids, self.parked = [], 0
+        self.pool.clear()
+
+    def _make_room(self, rows: int) -> None:
+        """Give parked cells back when the cache could run out of cells in position order."""
+        limit = int(self.llama.n_ctx * COMPACT_AT)
+        if len(self.ids) + rows > limit:
+            raise ValueError(
+                f"{len(self.ids) + rows} tokens do not fit the context ({limit} of "
+                f"{self.llama.n_ctx} cells are for text)"
+            )
+        if self.parked and len(self.ids) + self.parked + rows > limit:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the text's cells contiguously from cell 0 (parked cells are dropped)."""
+        self._end_tree()
+        saved = self.llama.save(TEXT) if self.ids else b""
+        self.llama.clear()
+        self.parked = 0
+        if saved:
+            self._restore(saved)
+
+    def _restore(self, saved: bytes) -> None:
+        try:
+            self.llama.restore(saved, TEXT)
+        except CacheFull:  # cannot happen in a cleared cache of the same size; be safe
+            self.llama.clear()
+            self.ids = []
+
+    # -- places (slots) ----------------------------------------------------------------------
+
+    def _select_slot(self, ids: list[int]) -> None:
+        """Make current the slot sharing the longest prefix with ``ids``; park the current one
+        (as bytes) when ``ids`` leaves much of it unshared."""
+        best, shared = self.pool.best_for(ids, self.ids)
+        if best is not None:
+            taken = self.pool.take(best)
+            self._park_current()
+            self.ids = taken.ids
+            self._restore(taken.cache)  # type: ignore[arg-type]  (bytes)
+            return
+        if self.pool.leaves_place(len(self.ids) - shared):
+            self._end_tree()
+            self.pool.park(Slot(list(self.ids), self.llama.save(TEXT)))
+            self.crop(shared)  # and continue on the shared part
+
+    def _park_current(self) -> None:
+        """Save the current text's cells into the pool, then empty the cache."""
+        self._end_tree()
+        if self.ids:
+            self.pool.park(Slot(list(self.ids), self.llama.save(TEXT)))
+        self.llama.clear()
+        self.ids, self.parked = [], 0
+
+    # -- look-ahead trees: not on this backend -----------------------------------------------
+
+    def sequence(self) -> list[int]:
+        return self.ids
+
+    def look_ahead(self, prompts, known=None, stop=None) -> int:
+        return 0
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        return False
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        return None
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        return None
+
+
+def tree_sequences(tree_mask: torch.Tensor) -> list[tuple[int, ...]]:
+    """Each node's sequences for a tree pass: the leaf sequences of every leaf below it, first
+    the leaf it sees through; nodes every leaf sees (the trunk) are in the text's sequence
+    first. ``tree_mask[i, j]``: node i sees node j (its ancestors and itself)."""
+    mask = (
+        tree_mask.bool().numpy() if isinstance(tree_mask, torch.Tensor) else np.asarray(tree_mask)
+    )
+    q = len(mask)
+    leaves = [i for i in range(q) if not any(mask[j, i] for j in range(q) if j != i)]
+    if len(leaves) > len(LEAVES):
+        raise ValueError(f"a tree of {len(leaves)} leaves (at most {len(LEAVES)} here)")
+    seq_of = {leaf: LEAVES[k] for k, leaf in enumerate(leaves)}
+    out = []
+    for i in range(q):
+        below = [seq_of[leaf] for leaf in leaves if mask[leaf, i]]
+        out.append(((TEXT,) if len(below) == len(leaves) else ()) + tuple(below))
+    return out
+
+
+def rows_are_exact(model: GgmlModel, context: int = 40) -> bool:
+    """Whether a row is the same bits alone and inside the widest pass this backend runs,
+    and the token after them too (checked at load: kernels differ by CPU)."""
+    vocab = model.vocab_size
+    ids = [(7 * i + 100) % vocab for i in range(context + model.max_pass_rows + 1)]
+    head, rest = ids[:context], ids[context:]
+    model.prefill(head)
+    alone = [model.forward([token])[0] for token in rest]
+    model.crop(context)
+    wide = model.forward(rest[:-1])
+    after = model.forward(rest[-1:])[0]
+    model.reset()
+    rows = [*wide, after]
+    return all(torch.equal(a, b) for a, b in zip(alone, rows, strict=True))

@@ -1,0 +1,179 @@
+"""llama.cpp through llama-cpp-python's low-level API: one model, one context, its batch.
+
+What ``backend.py`` needs and nothing more: load a GGUF file, decode a batch of tokens (each
+at a position, in one or more sequences) and read back the logits of the rows asked for, edit
+which sequences the K/V cells belong to, save a sequence's cells to bytes and restore them, and
+stop a pass between two graph nodes (an abort callback).
+
+The settings that make rows exact are chosen by the caller (``backend.py`` says why); this
+module only applies them. llama.cpp's own log lines go to Python's logging, quiet by default.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class LlamaError(Exception):
+    """llama.cpp refused something (a file, a context, a batch); the message says what."""
+
+
+def import_llama():
+    """The llama_cpp module, or a ``LlamaError`` saying how to install it."""
+    try:
+        import llama_cpp
+        from llama_cpp import _logger
+    except ImportError as exc:  # (an OSError inside: the shared library did not load)
+        raise LlamaError(
+            f"llama-cpp-python is not installed ({exc}); scripts/setup.sh builds it"
+        ) from None
+    _logger.set_verbose(False)
+    return llama_cpp
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the context runs: what ``backend.py`` chose, and the sizes."""
+
+    n_ctx: int = 8192
+    n_batch: int = 256  # rows of a pass at most (prefill chunks are cut to it)
+    n_seq_max: int = 20  # sequences: the text, a tree's leaves, parked and padding rows
+    repack: bool = True  # llama.cpp's repacked weight layouts (its GEMV/GEMM kernels)
+    flash_attention: bool = True
+    kv_type: str = "f16"
+    threads: int = 0  # 0: one per core
+
+
+Node = tuple[int, int, tuple[int, ...], bool]  # token, position, sequences, logits wanted
+
+
+class LlamaContext:
+    """A loaded GGUF model and one context over it (a unified K/V cache: one batch may hold
+    tokens of several sequences that share cells)."""
+
+    def __init__(self, path: str, settings: Settings = Settings()) -> None:
+        L = self.L = import_llama()
+        L.llama_backend_init()
+        self.settings = settings
+        params = L.llama_model_default_params()
+        params.use_extra_bufts = settings.repack
+        self.model = L.llama_model_load_from_file(os.fsencode(path), params)
+        if not self.model:
+            raise LlamaError(f"llama.cpp could not load {path}")
+        cp = L.llama_context_default_params()
+        cp.n_ctx = settings.n_ctx
+        cp.n_batch = cp.n_ubatch = settings.n_batch
+        cp.n_seq_max = settings.n_seq_max
+        cp.n_threads = cp.n_threads_batch = settings.threads or os.cpu_count() or 1
+        cp.flash_attn_type = (
+            L.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if settings.flash_attention
+            else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        cp.kv_unified = True
+        cp.type_k = cp.type_v = {"f16": L.GGML_TYPE_F16, "q8_0": L.GGML_TYPE_Q8_0}[settings.kv_type]
+        cp.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise LlamaError("llama.cpp could not make a context (out of memory?)")
+        self.memory = L.llama_get_memory(self.ctx)
+        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.batch = L.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
+        self._abort = L.ggml_abort_callback(self._should_abort)  # kept: C holds a pointer
+        self._abort_when: Callable[[], bool] | None = None
+        L.llama_set_abort_callback(self.ctx, self._abort, None)
+
+    def close(self) -> None:
+        """Free the context and the model (their memory goes back at once)."""
+        if getattr(self, "ctx", None):
+            self.L.llama_batch_free(self.batch)
+            self.L.llama_free(self.ctx)
+            self.L.llama_model_free(self.model)
+            self.ctx = self.model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    # -- passes ------------------------------------------------------------------------------
+
+    def decode(self, nodes: list[Node], abort_when: Callable[[], bool] | None = None):
+        """Decode ``nodes`` in one pass, in this order; return the logits of the rows that
+        asked for them, (rows, vocab) float32, or None. ``abort_when`` is asked between graph
+        nodes: once it says so the pass stops, llama.cpp drops the pass's cells, and this
+        raises ``Aborted``."""
+        if not 0 < len(nodes) <= self.settings.n_batch:
+            raise LlamaError(f"a pass holds 1 to {self.settings.n_batch} rows, not {len(nodes)}")
+        b = self.batch
+        for i, (token, position, sequences, logits) in enumerate(nodes):
+            b.token[i] = token
+            b.pos[i] = position
+            b.n_seq_id[i] = len(sequences)
+            for j, seq in enumerate(sequences):
+                b.seq_id[i][j] = seq
+            b.logits[i] = logits
+        b.n_tokens = len(nodes)
+        self._abort_when = abort_when
+        try:
+            status = self.L.llama_decode(self.ctx, b)
+        finally:
+            self._abort_when = None
+        if status == 2:
+            raise Aborted()
+        if status == 1:
+            raise CacheFull()
+        if status != 0:
+            raise LlamaError(f"llama_decode failed ({status}) on {len(nodes)} rows")
+        rows = sum(1 for node in nodes if node[3])
+        if not rows:
+            return None
+        out = self.L.llama_get_logits(self.ctx)  # the asked rows, in batch order
+        return np.ctypeslib.as_array(out, shape=(rows, self.n_vocab)).copy()
+
+    def _should_abort(self, _data) -> bool:
+        when = self._abort_when
+        return bool(when is not None and when())
+
+    # -- the cache's cells -------------------------------------------------------------------
+
+    def remove(self, seq: int, start: int = -1, end: int = -1) -> None:
+        """Take ``seq`` off the cells at positions [start, end) (-1: open); a cell no sequence
+        holds any more is free."""
+        self.L.llama_memory_seq_rm(self.memory, seq, start, end)
+
+    def share(self, source: int, target: int, start: int = -1, end: int = -1) -> None:
+        """Add ``target`` to the cells of ``source`` at positions [start, end) (metadata)."""
+        self.L.llama_memory_seq_cp(self.memory, source, target, start, end)
+
+    def clear(self) -> None:
+        self.L.llama_memory_clear(self.memory, True)
+
+    def save(self, seq: int) -> bytes:
+        """The cells of ``seq`` (positions, keys, values) as bytes."""
+        size = self.L.llama_state_seq_get_size(self.ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        written = self.L.llama_state_seq_get_data(self.ctx, buf, size, seq)
+        return bytes(buf[:written])
+
+    def restore(self, data: bytes, seq: int) -> None:
+        """Put saved cells back under ``seq`` (into free cells, in their saved order)."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self.L.llama_state_seq_set_data(self.ctx, buf, len(data), seq) == 0:
+            raise CacheFull()
+
+
+class Aborted(Exception):
+    """A pass was stopped by its abort callback; its cells were dropped."""
+
+
+class CacheFull(Exception):
+    """No free cells for a pass (or a restore): the context's K/V cache is full."""

@@ -1,0 +1,160 @@
+"""The ggml backend (``codespec/ggml``) on a tiny random GGUF in 4-bit blocks: a row is the same
+bits alone and in any pass, a token tree's nodes equal plain decoding of their branch, and the
+engine over it gives speculative greedy output token-identical to plain greedy ("fast ==
+naive" on the same backend), across cache edits, places, cancels and compaction.
+
+The control (that unpadded lone rows differ) needs the real model's Q4_K kernels: on this
+tiny model's Q4_0 blocks llama.cpp's lone-row and grouped kernels happened to agree, so the
+control is ``benchmarks/ggml_invariance.py`` on the embedded GGUF (``docs/benchmarks.md``)."""
+
+import pytest
+import torch
+from helpers import CancelAfter, write_tiny_gguf
+
+from codespec.engine import Cancelled, Engine, GenerationParams, NgramProposer, StopSignal
+from codespec.engine.policy import SpeculationPolicy
+
+pytest.importorskip("llama_cpp")
+
+from codespec.ggml.backend import PARKED, TEXT, GgmlModel, rows_are_exact  # noqa: E402
+from codespec.ggml.llama import Settings  # noqa: E402
+
+BASE = 1000  # token ids of ordinary text in the real vocabulary
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ggml") / "tiny-q4.gguf"
+    return write_tiny_gguf(path, hidden=128, quantized=True, live_tokens=range(BASE, BASE + 6))
+
+
+def model(path, **kw) -> GgmlModel:
+    return GgmlModel(str(path), settings=Settings(n_ctx=1024, n_seq_max=19), **kw)
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    """Repetitive text (n-gram lookup finds spans in it)."""
+    motif = [BASE + (seed * 31 + 7 * i) % 97 for i in range(12)]
+    return [motif[i % len(motif)] if i % 17 else BASE + i % 89 for i in range(n)]
+
+
+def test_a_row_is_the_same_bits_alone_and_in_a_wider_pass(tiny_gguf):
+    target = model(tiny_gguf)
+    assert rows_are_exact(target)
+    assert target.ids == []  # the check leaves nothing cached
+
+
+def test_tree_nodes_equal_plain_decoding_of_their_branch_and_the_kept_path_continues(tiny_gguf):
+    target = model(tiny_gguf)
+    ids = prompt(80)
+    target.prefill(ids)
+    base = len(target.ids)
+    a, b, c = BASE + 1, BASE + 2, BASE + 3
+    # root -> a -> c, root -> b: three rows over the cache (plus a padding row)
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    rows = target.forward([BASE, a, b, c], tree_mask=mask, depths=[0, 1, 1, 2])
+    target.keep(base + 1, [base + 1, base + 3])  # accept a, c; b is parked
+    assert target.ids == ids + [BASE, a, c] and target.parked == 1
+    after_tree = target.forward([BASE + 4])[0]
+
+    target.crop(base)
+    plain_a = [target.forward([t])[0] for t in (BASE, a, c, BASE + 4)]
+    target.crop(base + 1)
+    plain_b = target.forward([b])[0]
+    assert torch.equal(rows[0], plain_a[0]) and torch.equal(rows[1], plain_a[1])
+    assert torch.equal(rows[3], plain_a[2]) and torch.equal(rows[2], plain_b)
+    assert torch.equal(after_tree, plain_a[3])
+
+
+PROMPTS = [prompt(70, 0), prompt(90, 1), prompt(40, 2)]
+
+
+def make_engine(target: GgmlModel, draft: GgmlModel | None = None) -> Engine:
+    """An engine whose policy prices every width alike, so that it verifies what the n-gram
+    proposer offers on any CPU."""
+    mode = "on" if draft else "off"
+    policy = SpeculationPolicy(draft_mode=mode)  # (the engine caps trees at the backend's rows)
+    for width in (1, 2, 4, 8):
+        policy.costs.observe_pass(width, 0.1)
+    return Engine(target, draft, policy=policy, ngram=NgramProposer(min_ngram=1, branches=3))
+
+
+def test_speculative_greedy_equals_plain_greedy_on_the_same_backend(tiny_gguf):
+    engine = make_engine(model(tiny_gguf))
+    proposed = widest = 0
+    for ids in PROMPTS:
+        plain = engine.generate(ids, GenerationParams(max_tokens=40, speculate=False))
+        expected = plain.run()
+        assert plain.stats.target_passes == 39  # one token a pass
+        fast = engine.generate(ids, GenerationParams(max_tokens=40, use_draft=False))
+        assert fast.run() == expected
+        proposed += fast.stats.proposed["ngram"]
+        widest = max(widest, max(rows for rows, _, _ in fast.stats.pass_log))
+    assert proposed > 0  # speculation ran (this random model's text is seldom predictable)
+    assert widest <= engine.target.max_pass_rows  # no pass wider than the backend allows
+
+
+def test_the_target_drafting_for_itself_is_always_right(tiny_gguf):
+    """A draft with the target's own numbers (padded too) proposes what the target chooses:
+    every drafted token is accepted, in fewer passes, and the output is plain greedy's."""
+    engine = make_engine(model(tiny_gguf), draft=model(tiny_gguf))
+    for ids in PROMPTS[:2]:
+        expected = engine.generate(ids, GenerationParams(max_tokens=40, speculate=False)).run()
+        fast = engine.generate(ids, GenerationParams(max_tokens=40, use_ngram=False))
+        assert fast.run() == expected
+        stats = fast.stats
+        assert stats.accepted["draft"] == stats.proposed["draft"] > 0
+        assert stats.target_passes < 39
+
+
+def test_places_are_parked_and_restored_exactly(tiny_gguf):
+    target = model(tiny_gguf, slots=3)
+    one, two = prompt(300, 3), prompt(300, 4)
+    first, _, _ = target.prefill(one)
+    target.prefill(two)  # another place: the first is parked as bytes
+    assert len(target.pool.parked) == 1
+    again, reused, computed = target.prefill(one)
+    assert (reused, computed) == (len(one) - 1, 1)
+    assert torch.equal(first, again)
+
+
+def test_a_stopped_prefill_leaves_the_cache_as_it_was(tiny_gguf):
+    target = model(tiny_gguf)
+    ids = prompt(400, 5)
+    target.prefill(ids[:100])
+    stop = StopSignal()
+    stop.cancel()  # preempts: the chunk stops between graph nodes
+    with pytest.raises(Cancelled):
+        target.prefill(ids, stop=stop)
+    assert target.ids == ids[:100]
+    _, reused, computed = target.prefill(ids)  # what was computed before stays
+    assert (reused, computed) == (100, 300) and target.ids == ids
+
+
+def test_a_cancelled_request_leaves_a_plain_sequence(tiny_gguf):
+    engine = make_engine(model(tiny_gguf))
+    ids = PROMPTS[0]
+    expected = engine.generate(ids, GenerationParams(max_tokens=30, speculate=False)).run()
+    stop = CancelAfter(3)
+    engine.generate(ids, GenerationParams(max_tokens=30, use_draft=False), stop).run()
+    assert engine.target.tree is None
+    assert engine.generate(ids, GenerationParams(max_tokens=30, use_draft=False)).run() == expected
+
+
+def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
+    target = model(tiny_gguf)
+    ids = prompt(120, 6)
+    target.prefill(ids)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    for step in range(5):  # each pass keeps one branch and parks the other
+        base = len(target.ids)
+        target.forward([BASE + step, BASE + 50, BASE + 60], tree_mask=mask, depths=[0, 1, 1])
+        target.keep(base + 1, [base + 1])
+    assert target.parked == 5
+    before = target.forward([BASE])[0]
+    target.crop(len(target.ids) - 1)
+    target._compact()
+    assert target.parked == 0
+    assert torch.equal(target.forward([BASE])[0], before)
+    saved = target.llama.save(PARKED)
+    assert len(saved) < len(target.llama.save(TEXT))  # nothing parked any more
