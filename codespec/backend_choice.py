@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .engine.timing import pass_seconds
@@ -49,26 +50,21 @@ def faster(prices: dict) -> str:
     return min(BACKENDS, key=lambda backend: prices[backend])
 
 
-def measure(manifest: PairManifest, progress: Progress) -> dict:
-    """Time the target on both backends (loaded one after the other) and remember it."""
-    from .engine import CachedModel
-    from .ggml.backend import GgmlModel
-    from .models import gguf_file
-    from .runtime import _load_model, prepared_folder
-
-    src = manifest.target
-    path = gguf_file(src, manifest.install_hint)  # (a missing model fails here, in one line)
+def measure(
+    manifest: PairManifest, progress: Progress, loaders: dict[str, Callable[[], object]]
+) -> dict:
+    """Time the target on both backends and remember it. ``loaders`` maps each backend to a
+    function that loads the target on it (the runtime's, which knows how each is prepared);
+    they run one after the other so only one copy of the weights is resident at a time."""
     progress("timing the target on ggml and on torch (once on this machine)")
-    ggml = GgmlModel(str(path))
-    prices = {"ggml": _price(ggml)}
-    ggml.close()
-    del ggml
-    folder = prepared_folder(manifest, src, "auto", progress)
-    model, _, _ = _load_model(src, folder, "auto", manifest.dtype, "cpu")
-    torch_target = CachedModel(model)
-    torch_target.use_width_independent_rows()
-    prices["torch"] = _price(torch_target)
-    del torch_target, model
+    prices = {}
+    for backend in BACKENDS:
+        target = loaders[backend]()
+        prices[backend] = _price(target)
+        close = getattr(target, "close", None)
+        if close is not None:
+            close()
+        del target
     _remember(manifest, prices)
     return prices
 

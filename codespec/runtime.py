@@ -218,9 +218,33 @@ def choose_backend(
     if asked == "auto" and device.startswith("cpu") and gguf and quantize is None:
         if not ggml.available():
             return "torch"
-        prices = backend_choice.cached(manifest) or backend_choice.measure(manifest, progress)
+        prices = backend_choice.cached(manifest) or backend_choice.measure(
+            manifest, progress, _target_loaders(manifest, progress)
+        )
         return backend_choice.faster(prices)
     return "torch"
+
+
+def _target_loaders(manifest: PairManifest, progress: Progress) -> dict:
+    """The pair's target, loaded alone on each CPU backend (for ``backend_choice.measure``)."""
+    from .engine import CachedModel
+    from .ggml.backend import GgmlModel
+    from .models import gguf_file
+
+    src = manifest.target
+    path = gguf_file(src, manifest.install_hint)  # a missing model fails here, in one line
+
+    def on_ggml():
+        return GgmlModel(str(path))
+
+    def on_torch():
+        folder = prepared_folder(manifest, src, "auto", progress)
+        model, _, _ = _load_model(src, folder, "auto", manifest.dtype, "cpu")
+        target = CachedModel(model)
+        target.use_width_independent_rows()
+        return target
+
+    return {"ggml": on_ggml, "torch": on_torch}
 
 
 def load_ggml_pair(

@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 LAYERS = [
     {"files", "memory", "languages", "machine"},
     {"stats", "engine", "quant"},
-    {"models", "stops", "generator", "pairs", "remote", "workspace"},
-    {"prompt", "draft_verdict"},
+    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml"},
+    {"prompt", "draft_verdict", "backend_choice"},
     {"runtime"},
     {"lookahead", "completion"},
     {"server", "bench"},

@@ -158,3 +158,47 @@ def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
     assert torch.equal(target.forward([BASE])[0], before)
     saved = target.llama.save(PARKED)
     assert len(saved) < len(target.llama.save(TEXT))  # nothing parked any more
+
+
+def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """``--backend auto``: both targets timed one after the other (the first closed before
+    the second loads), the figures kept per machine and read back at the next start; a
+    damaged file is measured again rather than trusted."""
+    from helpers import tiny_qwen2
+
+    from codespec import backend_choice
+    from codespec.engine import CachedModel
+    from codespec.models import FimTokens, ModelSource, PairManifest
+
+    monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
+    src = ModelSource(source="pypi-parts", label="tiny", sha256="ab" * 32)
+    manifest = PairManifest("tiny", "", src, None, FimTokens("<p>", "<s>", "<m>"))
+    events: list[str] = []
+
+    def on_ggml():
+        events.append("ggml")
+        target = model(tiny_gguf)
+        real_close = target.close
+
+        def close():
+            events.append("ggml closed")
+            real_close()
+
+        target.close = close
+        return target
+
+    def on_torch():
+        events.append("torch")
+        return CachedModel(tiny_qwen2(0, vocab=2048))
+
+    assert backend_choice.cached(manifest) is None
+    prices = backend_choice.measure(manifest, lambda m: None, {"ggml": on_ggml, "torch": on_torch})
+    assert events == ["ggml", "ggml closed", "torch"]
+    assert set(prices) == {"ggml", "torch"} and all(p > 0 for p in prices.values())
+    assert backend_choice.cached(manifest) == pytest.approx(prices, abs=1e-4)
+    assert backend_choice.faster(prices) == min(prices, key=prices.get)
+
+    backend_choice.verdict_file(manifest).write_text('{"not": "figures"')
+    assert backend_choice.cached(manifest) is None
