@@ -9,11 +9,16 @@ without one (macOS, a sandbox) gets the platform's word and no flags.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
+PROC_STAT = Path("/proc/stat")
+PROC_SELF_STAT = Path("/proc/self/stat")
 # the flags that change which kernels run: the fingerprint of a timed kernel choice keeps these
 KERNEL_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c", "sve", "bf16")
 
@@ -60,3 +65,64 @@ def has_native_bf16() -> bool:
     if not _cpuinfo():
         return sys.platform == "darwin"  # Apple silicon has bf16 (M2 and later); best effort
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class CpuTicks:
+    """Clock ticks since boot: all CPUs' total and busy time, and this process's own."""
+
+    total: int
+    busy: int
+    mine: int
+
+
+def cpu_ticks() -> CpuTicks | None:
+    """Read ``/proc/stat`` and ``/proc/self/stat`` (None where there are none)."""
+    try:
+        fields = [int(x) for x in PROC_STAT.read_text().split("\n", 1)[0].split()[1:9]]
+        own = PROC_SELF_STAT.read_text().rsplit(")", 1)[1].split()
+        # fields 14 and 15 of /proc/<pid>/stat (utime, stime) are 12th and 13th after ")"
+        mine = int(own[11]) + int(own[12])
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    except (OSError, ValueError, IndexError):
+        return None
+    return CpuTicks(total=sum(fields), busy=sum(fields) - idle, mine=mine)
+
+
+class FreeCores:
+    """How many cores other processes leave free, for choosing the threads of the next pass.
+
+    Threads that wait for each other by spinning (ggml's barriers between graph nodes,
+    OpenMP's workers) stall whenever one of them is descheduled: on a machine whose other
+    core runs a build, a pass on two threads costs many times a pass on one, where it should
+    cost about twice (``docs/benchmarks.md``, "A busy machine"). So each request runs one
+    thread fewer for each core that other processes kept busy since the last look. Looks
+    closer together than ``window_s`` return the last answer.
+    """
+
+    def __init__(self, cores: int | None = None, window_s: float = 0.5) -> None:
+        self.cores = cores or usable_cores()
+        self.window_s = window_s
+        self.system_cores = os.cpu_count() or self.cores
+        self._last, self._at = cpu_ticks(), time.monotonic()
+        self._free = self.cores
+
+    def free(self) -> int:
+        if time.monotonic() - self._at < self.window_s:
+            return self._free
+        now = cpu_ticks()
+        last, self._last, self._at = self._last, now, time.monotonic()
+        if now is None or last is None or now.total <= last.total:
+            return self._free
+        others = (now.busy - last.busy) - (now.mine - last.mine)
+        taken = max(0.0, others / (now.total - last.total)) * self.system_cores
+        self._free = max(1, min(self.cores, self.cores - round(taken)))
+        return self._free

@@ -368,12 +368,20 @@ def test_bench_command_end_to_end(tiny_manifest, tmp_path):
     assert (tmp_path / "img" / "bench-speedup.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-acceptance.png").stat().st_size > 1000
 
-    # the same holes again from the recorded corpus description
+    # the same holes again from the recorded corpus description, with a core kept busy: the
+    # requests run on the cores left free
     again = tmp_path / "again.json"
     rerun = [*cmd, "--holes-from", str(out), "--max-tokens", "4", "--json", str(again)]
+    rerun += ["--background-load", "1"]
     done = subprocess.run(rerun, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(again.read_text())["corpus"]["holes"] == result["corpus"]["holes"]
+    loaded = json.loads(again.read_text())
+    assert loaded["corpus"]["holes"] == result["corpus"]["holes"]
+    assert loaded["settings"]["background_load"] == 1 and "threads: " in done.stdout
+    threads = {int(n): count for n, count in loaded["threads"].items()}
+    assert sum(threads.values()) == 2 * len(loaded["holes"])
+    if loaded["machine"]["threads"] >= 2:
+        assert max(threads) < loaded["machine"]["threads"]
 
     # the docs can be regenerated from the saved JSON alone
     docs.write_text("# Benchmarks\n")

@@ -7,7 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
+from codespec import machine
 from codespec.engine import GenerationParams, SpeculationPolicy
 from codespec.engine.request import PROPOSERS
 from codespec.prompt import FimRequest, build_fim_prompt, split_at
@@ -84,6 +86,26 @@ def test_speculative_equals_plain_on_real_code(pair):
     assert spec.tokens == plain.tokens
     assert "width" in pair.tokenizer.decode(spec.tokens)  # a sensible completion, not noise
     assert spec.stats.cached_tokens == len(prompt) - 1  # the second request reused the cache
+
+
+def test_one_thread_gives_the_tokens_two_threads_give(pair):
+    """On a busy machine a request runs on fewer threads (``machine.FreeCores``): the int8
+    kernels and attention give a row the same bits on one thread as on two, so a prompt
+    prefilled on two threads and continued on one, or computed on one throughout, completes
+    as plain greedy on two did."""
+    prompt = fim(pair, REAL_CODE + "    ")
+    engine, free = pair.engine, pair.engine.threads
+    try:
+        engine.threads = lambda: 2
+        engine.target.reset()
+        expected = run(pair, prompt, max_tokens=16, speculate=False).tokens
+        engine.threads = lambda: 1
+        assert run(pair, prompt, max_tokens=16).tokens == expected
+        engine.target.reset()
+        assert run(pair, prompt, max_tokens=16, speculate=False).tokens == expected
+    finally:
+        engine.threads = free
+        torch.set_num_threads(machine.usable_cores())
 
 
 @contextmanager

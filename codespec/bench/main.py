@@ -195,7 +195,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
             prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
             torch=torch.__version__,
-            threads=torch.get_num_threads(),
+            threads=pair.engine.max_threads,
         ),
         model=pair.model_label,
         load_s=load_s,
@@ -357,6 +357,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(report.table(result))
     print(bets_text(result).removeprefix("- "))
+    if result.get("threads"):
+        print(report.threads_text(result["threads"]))
     if "peer" in result:
         print(peer_table(result["peer"], result["machine"].get("quantization", "")))
     if result["missing"]:

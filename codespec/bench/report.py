@@ -205,7 +205,24 @@ def summarize(rows: list[dict]) -> dict:
         slices_below_one=slices_below_one(by_language_kind),
         timing_noise=timing_noise(rows, prices),
         bet_calibration=bet_calibration(rows),
+        threads=threads_used(rows),
     )
+
+
+def threads_used(rows: list[dict]) -> dict[int, int]:
+    """How many timed runs (plain and speculative) ran on each number of threads: fewer
+    where other processes kept cores busy (``machine.FreeCores``)."""
+    counts: dict[int, int] = {}
+    for row in rows:
+        for run in (row["spec"], row["plain"]):
+            if run.get("threads"):
+                counts[run["threads"]] = counts.get(run["threads"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def threads_text(threads: dict) -> str:
+    """'threads: 2 for 30 runs, 1 for 10 runs'."""
+    return "threads: " + ", ".join(f"{n} for {count} runs" for n, count in threads.items())
 
 
 def slices_below_one(by_language_kind: dict) -> dict[str, list[str]]:

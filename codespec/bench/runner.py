@@ -154,6 +154,7 @@ def run_record(result: CompletionResult, rounds: list[CompletionResult] | None =
         proposed=dict(s.proposed),
         accepted=dict(s.accepted),
         draft_passes=s.draft_passes,
+        threads=s.threads,
         stop_reason=s.stop_reason,
         ids=result.tokens,
     )

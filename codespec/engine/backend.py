@@ -37,6 +37,16 @@ class TargetBackend(Protocol):
         """Compute each row on its own from now on (attention by row: ``attention.py``)."""
         ...
 
+    @property
+    def threads(self) -> int:
+        """The threads a pass runs on now (at load: the most it will use)."""
+        ...
+
+    def use_threads(self, n: int) -> None:
+        """Run the next passes on ``n`` threads (the engine's choice: ``machine.FreeCores``);
+        a row's bits do not depend on it."""
+        ...
+
     def prefill(
         self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
     ) -> tuple[torch.Tensor, int, int]:

@@ -73,6 +73,15 @@ class CachedModel(LookAheads):
         the pass that computes it (``attention.py``)."""
         use_rowwise_attention(self.model)
 
+    @property
+    def threads(self) -> int:
+        return torch.get_num_threads()
+
+    def use_threads(self, n: int) -> None:
+        """Run the next passes on ``n`` threads (torch's are per process: the draft's too)."""
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+
     # -- cache edits (each ends a standing look-ahead first) ---------------------------------
 
     def _layers(self) -> list:

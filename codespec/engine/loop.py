@@ -24,11 +24,12 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
+from ..machine import FreeCores
 from .acceptance import LOOKUP_SOURCES, kept_moments
 from .backend import TargetBackend
 from .calibration import Calibrated
@@ -74,8 +75,12 @@ class Engine(Calibrated, WarmUps):
         policy: SpeculationPolicy | None = None,
         ngram: NgramProposer | None = None,
         draft_threshold: float = 0.6,
+        threads: Callable[[], int] | None = None,
     ) -> None:
         self.target = target
+        # threads for the next request: one fewer per core other processes keep busy
+        self.max_threads = target.threads
+        self.threads = threads or FreeCores(cores=self.max_threads).free
         target.use_width_independent_rows()  # the same logits for a position in any pass
         # nodes a pass may verify besides the pending token: a backend whose rows are exact
         # only up to some width says so (ggml: ``ggml/backend.py``), whatever the policy says
@@ -111,6 +116,7 @@ class Engine(Calibrated, WarmUps):
         stats, t0 = out.stats, time.perf_counter()
         sampling = Sampling(params.temperature, _rng(params))
         with self.lock:
+            stats.threads = self._fit_threads()
             self.policy.acceptance.begin_request(params.context)
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
@@ -153,6 +159,15 @@ class Engine(Calibrated, WarmUps):
             finally:
                 stats.total_s = time.perf_counter() - t0
                 self.reconsider_draft()
+
+    def _fit_threads(self) -> int:
+        """As many threads as cores are free now (``machine.FreeCores``: spinning threads on
+        a taken core cost far more than the core they lost)."""
+        n = self.threads()
+        for model in (self.target, self.drafter.model if self.drafter else None):
+            if model is not None:
+                model.use_threads(n)
+        return n
 
     # -- steps --------------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class GenerationStats:
     # the predicted mean and variance of the chain's tokens kept, the chain's tokens kept)
     bets: list[tuple[float, float, float, int]] = field(default_factory=list)
     dropped_past_stop: int = 0  # tokens accepted in the stopping pass after the stop point
+    threads: int = 0  # the threads its passes ran on (fewer where other processes took cores)
     ahead: bool = False  # the prompt was computed ahead (``Engine.look_ahead``): no prefill pass
     ttft_s: float = 0.0
     prefill_s: float = 0.0

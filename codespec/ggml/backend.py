@@ -14,7 +14,8 @@ is on (its default), passes stay at four rows; with ``GGML_CPU_TILED_MM=0`` they
 
 Prefill chunks are not padded: their rows may round differently from a decode pass's, but
 plain and speculative decoding of a request start from the same prefilled cache, so they still
-agree token for token.
+agree token for token. A prompt's last ids (up to a group) are a padded pass, so its logits do
+not depend on how the rest was chunked.
 
 Trees. One sequence per leaf, each node in the sequences of every leaf below it, the cached
 text shared with them (llama.cpp's mask shows a cell to a row when the cell carries the row's
@@ -97,6 +98,13 @@ class GgmlModel:
     def use_width_independent_rows(self) -> None:
         """Nothing to switch: padding to whole groups is what makes rows width-independent."""
 
+    @property
+    def threads(self) -> int:
+        return self.llama.threads
+
+    def use_threads(self, n: int) -> None:
+        self.llama.use_threads(n)
+
     def close(self) -> None:
         self.llama.close()
 
@@ -115,10 +123,12 @@ class GgmlModel:
         self.crop(reuse)
         self._make_room(len(ids) - reuse)
         step = max(1, min(chunk or self.prefill_chunk, self.llama.settings.n_batch))
-        # The target computes the last id in a padded pass of its own, as a decoding step
-        # does: its logits are then the same whether the rest was prefilled just now, earlier
-        # or in other chunks (a chunk's rows round by the chunk's width).
-        body = len(ids) - 1 if self.padded else len(ids)
+        # The target computes the prompt's last few ids (up to a group) in a padded pass, as
+        # decoding steps are: their logits and K/V are then the same whether the rest was
+        # prefilled just now, earlier or in other chunks (a chunk's rows round by its width),
+        # and a keystroke's few new ids cost one pass.
+        tail = min(GROUP, len(ids) - reuse) if self.padded else 0
+        body = len(ids) - tail
         logits = None
         for start in range(reuse, body, step):
             if stop is not None and stop.at_chunk_end():
@@ -131,12 +141,12 @@ class GgmlModel:
             logits = self._decode(nodes, stop, prefill_rows=len(rows))
             self.ids.extend(rows)
             self.forward_calls += 1
-        if self.padded:
+        if tail:
             if stop is not None and stop.at_chunk_end():
                 raise Cancelled()
-            node = (ids[-1], len(ids) - 1, (TEXT,), True)
-            logits = self._decode([node], stop, prefill_rows=1, pad=True)
-            self.ids.append(ids[-1])
+            nodes = [(t, body + i, (TEXT,), i == tail - 1) for i, t in enumerate(ids[body:])]
+            logits = self._decode(nodes, stop, prefill_rows=tail, pad=True)
+            self.ids.extend(ids[body:])
             self.forward_calls += 1
         assert logits is not None
         return torch.from_numpy(logits[-1]), reuse, len(ids) - reuse

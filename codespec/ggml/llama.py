@@ -47,6 +47,7 @@ class Settings:
     flash_attention: bool = True
     kv_type: str = "f16"
     threads: int = 0  # 0: one per core
+    mmap: bool = True  # map the file (else read it into llama.cpp's own buffers)
 
 
 Node = tuple[int, int, tuple[int, ...], bool]  # token, position, sequences, logits wanted
@@ -62,6 +63,7 @@ class LlamaContext:
         self.settings = settings
         params = L.llama_model_default_params()
         params.use_extra_bufts = settings.repack
+        params.use_mmap = settings.mmap
         self.model = L.llama_model_load_from_file(os.fsencode(path), params)
         if not self.model:
             raise LlamaError(f"llama.cpp could not load {path}")
@@ -69,7 +71,8 @@ class LlamaContext:
         cp.n_ctx = settings.n_ctx
         cp.n_batch = cp.n_ubatch = settings.n_batch
         cp.n_seq_max = settings.n_seq_max
-        cp.n_threads = cp.n_threads_batch = settings.threads or os.cpu_count() or 1
+        self.threads = settings.threads or os.cpu_count() or 1
+        cp.n_threads = cp.n_threads_batch = self.threads
         cp.flash_attn_type = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED
             if settings.flash_attention
@@ -89,6 +92,12 @@ class LlamaContext:
         self._abort = L.ggml_abort_callback(self._should_abort)  # kept: C holds a pointer
         self._abort_when: Callable[[], bool] | None = None
         L.llama_set_abort_callback(self.ctx, self._abort, None)
+
+    def use_threads(self, n: int) -> None:
+        """Run the next passes (decoding and prefill) on ``n`` threads."""
+        if n != self.threads:
+            self.L.llama_set_n_threads(self.ctx, n, n)
+            self.threads = n
 
     def close(self) -> None:
         """Free the context and the model (their memory goes back at once)."""

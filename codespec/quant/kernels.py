@@ -45,6 +45,9 @@ INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
 # "auto" chooses among all three (w8a8's memory is within the budget: a released draft is freed
 # at once, and parked KV caches have a byte budget).
+# torch's threads when this was imported (the engine runs fewer on a busy machine: the
+# fingerprint names the machine, not the moment)
+STARTING_THREADS = torch.get_num_threads()
 PLAN_FORMAT = 5  # 4: auto may choose w8a8; 5: w8a8 timed with two-digit inputs where used
 # w8a8 layers whose input goes in two 8-bit digits (``layers.py``): the two whose inputs have the
 # heaviest tails. Two digits everywhere come closer still to the float model but double the
@@ -108,7 +111,7 @@ def input_digits(kernel: str, proj: str) -> int:
 def machine_fingerprint() -> str:
     """Processor model and the flags that change kernels, torch version, thread count."""
     flags = " ".join(machine.kernel_flags())
-    text = f"{machine.cpu_model()}|{flags}|{torch.__version__}|{torch.get_num_threads()}"
+    text = f"{machine.cpu_model()}|{flags}|{torch.__version__}|{STARTING_THREADS}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -202,3 +202,37 @@ def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
 
     backend_choice.verdict_file(manifest).write_text('{"not": "figures"')
     assert backend_choice.cached(manifest) is None
+
+
+def test_the_engine_runs_on_the_free_cores_and_a_row_does_not_depend_on_them(tiny_gguf):
+    """Threads follow the cores other processes leave free (``machine.FreeCores``), request by
+    request; a cached prefix written on two threads and read on one gives plain greedy's
+    tokens all the same."""
+    free = [2]
+    engine = make_engine(model(tiny_gguf))
+    engine.threads = lambda: free[0]
+    expected = engine.generate(PROMPTS[0], GenerationParams(max_tokens=30, speculate=False)).run()
+    assert engine.target.llama.threads == 2
+    free[0] = 1
+    fast = engine.generate(PROMPTS[0], GenerationParams(max_tokens=30, use_draft=False))
+    assert fast.run() == expected and fast.stats.cached_tokens > 0
+    assert engine.target.llama.threads == 1
+    engine.target.reset()  # all of it computed on one thread
+    assert engine.generate(PROMPTS[0], GenerationParams(max_tokens=30, speculate=False)).run() == (
+        expected
+    )
+
+
+def test_a_keystrokes_new_ids_are_one_padded_pass_with_decodings_bits(tiny_gguf):
+    """The few ids a keystroke adds to a cached prompt are computed in one padded pass, and
+    give what decoding them one at a time gives."""
+    target = model(tiny_gguf)
+    ids = prompt(200, 7)
+    typed = [BASE + 11, BASE + 12, BASE + 13]
+    target.prefill(ids)
+    calls = target.forward_calls
+    logits, reused, computed = target.prefill(ids + typed)
+    assert (reused, computed, target.forward_calls - calls) == (len(ids), 3, 1)
+    target.crop(len(ids))
+    one_at_a_time = [target.forward([t])[0] for t in typed][-1]
+    assert torch.equal(logits, one_at_a_time)
