@@ -302,6 +302,10 @@ def load_ggml_pair(
         load_s=load_s,
         stop_ids=stop_ids,
         quantization="; ".join(n for n in (label, engine.draft_note) if n),
-        context_tokens=engine.target.llama.n_ctx // 2,  # type: ignore[attr-defined]
+        context_tokens=min(
+            model.text_tokens  # type: ignore[attr-defined]
+            for model in (engine.target, engine.drafter.model if engine.drafter else None)
+            if model is not None
+        ),
         backend="ggml",
     )

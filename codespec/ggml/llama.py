@@ -40,14 +40,19 @@ def import_llama():
 class Settings:
     """How the context runs: what ``backend.py`` chose, and the sizes."""
 
-    n_ctx: int = 8192
+    # cells of the K/V cache: a quarter is for parked tree nodes (``backend.py``); the prompt
+    # windows' defaults and a completion fit the rest (``server/config.py``)
+    n_ctx: int = 4096
     n_batch: int = 256  # rows of a pass at most (prefill chunks are cut to it)
     n_seq_max: int = 20  # sequences: the text, a tree's leaves, parked and padding rows
     repack: bool = True  # llama.cpp's repacked weight layouts (its GEMV/GEMM kernels)
     flash_attention: bool = True
     kv_type: str = "f16"
     threads: int = 0  # 0: one per core
-    mmap: bool = True  # map the file (else read it into llama.cpp's own buffers)
+    # Read the file into llama.cpp's buffers rather than map it: the repacked tensors are
+    # copies, and a mapped file would keep the pages read for them resident beside those
+    # copies (``docs/benchmarks.md``, "Memory on ggml").
+    mmap: bool = False
 
 
 Node = tuple[int, int, tuple[int, ...], bool]  # token, position, sequences, logits wanted
@@ -62,25 +67,35 @@ class LlamaContext:
         L.llama_backend_init()
         self.settings = settings
         params = L.llama_model_default_params()
-        params.use_extra_bufts = settings.repack
-        params.use_mmap = settings.mmap
+        _set(params, "use_extra_bufts", settings.repack)
+        _set(
+            params, "load_mode", L.LLAMA_LOAD_MODE_MMAP if settings.mmap else L.LLAMA_LOAD_MODE_NONE
+        )
         self.model = L.llama_model_load_from_file(os.fsencode(path), params)
         if not self.model:
             raise LlamaError(f"llama.cpp could not load {path}")
         cp = L.llama_context_default_params()
-        cp.n_ctx = settings.n_ctx
-        cp.n_batch = cp.n_ubatch = settings.n_batch
-        cp.n_seq_max = settings.n_seq_max
         self.threads = settings.threads or os.cpu_count() or 1
-        cp.n_threads = cp.n_threads_batch = self.threads
-        cp.flash_attn_type = (
+        flash = (
             L.LLAMA_FLASH_ATTN_TYPE_ENABLED
             if settings.flash_attention
             else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        cp.kv_unified = True
-        cp.type_k = cp.type_v = {"f16": L.GGML_TYPE_F16, "q8_0": L.GGML_TYPE_Q8_0}[settings.kv_type]
-        cp.no_perf = True
+        kv = {"f16": L.GGML_TYPE_F16, "q8_0": L.GGML_TYPE_Q8_0}[settings.kv_type]
+        for field, value in dict(
+            n_ctx=settings.n_ctx,
+            n_batch=settings.n_batch,
+            n_ubatch=settings.n_batch,
+            n_seq_max=settings.n_seq_max,
+            n_threads=self.threads,
+            n_threads_batch=self.threads,
+            flash_attn_type=flash,
+            kv_unified=True,
+            type_k=kv,
+            type_v=kv,
+            no_perf=True,
+        ).items():
+            _set(cp, field, value)
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             L.llama_model_free(self.model)
@@ -178,6 +193,14 @@ class LlamaContext:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if self.L.llama_state_seq_set_data(self.ctx, buf, len(data), seq) == 0:
             raise CacheFull()
+
+
+def _set(params, field: str, value) -> None:
+    """Set a field of a ctypes parameter struct; a name the struct lacks (another
+    llama-cpp-python version) is an error, not a silently added Python attribute."""
+    if field not in {name for name, *_ in type(params)._fields_}:
+        raise LlamaError(f"this llama-cpp-python has no {type(params).__name__}.{field}")
+    setattr(params, field, value)
 
 
 class Aborted(Exception):

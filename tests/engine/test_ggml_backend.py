@@ -236,3 +236,25 @@ def test_a_keystrokes_new_ids_are_one_padded_pass_with_decodings_bits(tiny_gguf)
     target.crop(len(ids))
     one_at_a_time = [target.forward([t])[0] for t in typed][-1]
     assert torch.equal(logits, one_at_a_time)
+
+
+def test_settings_reach_llama_cpp_and_the_file_is_read_not_mapped(tiny_gguf):
+    """A field the parameter structs lack is an error, not a Python attribute ctypes adds
+    silently; by default the weights are read into llama.cpp's buffers (the file is not kept
+    mapped beside the repacked copies), and mapping it is still a choice."""
+    from codespec.ggml.llama import LlamaError, _set, import_llama
+
+    params = import_llama().llama_model_default_params()
+    with pytest.raises(LlamaError, match="use_mmap"):
+        _set(params, "use_mmap", False)
+
+    def mapped() -> bool:
+        with open("/proc/self/maps") as maps:
+            return str(tiny_gguf) in maps.read()
+
+    target = model(tiny_gguf)
+    assert not mapped()
+    target.close()
+    target = GgmlModel(str(tiny_gguf), settings=Settings(n_ctx=1024, n_seq_max=19, mmap=True))
+    assert mapped()
+    target.close()

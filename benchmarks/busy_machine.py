@@ -1,0 +1,104 @@
+"""What a pass costs when another process keeps a core busy, by backend and thread count.
+
+The embedded target on each backend (torch's configured kernels, ggml's padded passes) after
+``--context`` cached tokens: the median pass of 1, 2, 4 (and 8) rows, in three situations:
+
+* ``quiet``: nothing else runs, all threads;
+* ``busy, all threads``: one CPU-bound process per ``--load`` beside it, the same threads (what
+  happens when threads wait for each other by spinning and one of them is descheduled);
+* ``busy, free cores``: the same load, as many threads as ``machine.FreeCores`` says are free
+  (what the engine now runs).
+
+A pass that degrades in proportion to the CPU it lost costs about ``cores / free`` times its
+quiet price. Each backend loads in turn (one copy of the weights at a time).
+
+    .venv/bin/python benchmarks/busy_machine.py [--backends torch,ggml] [--load 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from codespec import machine
+from codespec.engine.timing import timed
+from codespec.runtime import load_pair
+
+
+def median_pass_ms(target, context: list[int], width: int, repeats: int) -> float:
+    """Median ms of a ``width``-row pass after ``context`` (the first one not counted)."""
+    target.prefill(context)
+    times = []
+    for i in range(repeats + 1):
+        _, seconds = timed(target.forward, [100 + i + k for k in range(width)], all_logits=False)
+        target.crop(len(context))
+        times.append(1000 * seconds)
+    target.reset()
+    return statistics.median(times[1:])
+
+
+def busy(processes: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+
+
+def measure(backend: str, args) -> dict:
+    pair = load_pair(backend=backend, draft_mode="off", progress=lambda m: None)
+    target, cores = pair.engine.target, pair.engine.max_threads
+    widths = [w for w in args.widths if w <= getattr(target, "max_pass_rows", 1 << 30)]
+    context = [(7 * i + 100) % 150000 for i in range(args.context)]
+    rows: dict[str, dict[int, float]] = {}
+    target.use_threads(cores)
+    rows["quiet"] = {w: median_pass_ms(target, context, w, args.repeats) for w in widths}
+    load = busy(args.load)
+    try:
+        time.sleep(1.0)
+        rows["busy, all threads"] = {
+            w: median_pass_ms(target, context, w, args.repeats) for w in widths
+        }
+        free = machine.FreeCores(cores=cores, window_s=0.0)
+        free.free()
+        time.sleep(1.0)
+        threads = free.free()
+        target.use_threads(threads)
+        rows[f"busy, free cores ({threads})"] = {
+            w: median_pass_ms(target, context, w, args.repeats) for w in widths
+        }
+    finally:
+        for process in load:
+            process.kill()
+            process.wait()
+        target.use_threads(cores)
+    return dict(backend=backend, threads=cores, label=pair.quantization, ms=rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default="torch,ggml")
+    parser.add_argument("--load", type=int, default=1, help="CPU-bound processes beside it")
+    parser.add_argument("--context", type=int, default=600)
+    parser.add_argument("--widths", default="1,2,4,8")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    args.widths = [int(w) for w in args.widths.split(",")]
+    print(f"{machine.cpu_model()} ({machine.cpu_kind()}), {machine.usable_cores()} cores")
+    results = []
+    for backend in args.backends.split(","):
+        result = measure(backend, args)
+        results.append(result)
+        print(f"\n{backend}: {result['label']}")
+        widths = sorted({w for ms in result["ms"].values() for w in ms})
+        print(f"{'situation':28s}" + "".join(f"{f'{w}-row ms':>12s}" for w in widths))
+        for situation, ms in result["ms"].items():
+            print(f"{situation:28s}" + "".join(f"{ms[w]:12.1f}" for w in widths))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(dict(machine=machine.cpu_model(), results=results), out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
