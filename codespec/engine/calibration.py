@@ -20,7 +20,7 @@ import torch
 from ..memory import return_freed_memory
 from .backend import TargetBackend
 from .policy import SpeculationPolicy
-from .timing import pass_seconds
+from .timing import pass_seconds, prefill_seconds
 
 # Seconds of prefill per chunk (by the speed measured at load). Larger chunks prefill faster and
 # cost a request little: a cancel for a request at the same place lets the chunk finish (the new
@@ -77,7 +77,7 @@ class Calibrated:
         ids = [(7 * i + 100) % vocab for i in range(context_len)]
         self.pad_single_row = not one_row_is_exact(self.target, ids)
         chunk = [(11 * i + 50) % vocab for i in range(64)]
-        self.prefill_rate = len(chunk) / pass_seconds(self.target, ids, chunk)
+        self.prefill_rate = len(chunk) / prefill_seconds(self.target, ids, chunk)
         self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in CALIBRATION_WIDTHS:
             rows = 2 if width == 1 and self.pad_single_row else width

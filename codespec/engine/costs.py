@@ -10,9 +10,16 @@ curves on each kind of machine).
 A cost taken in a bad moment (another process had the cores) must not be final: a width bucket
 the choice stops using is re-measured after a gap that doubles each time (``WidthProbes``), and
 that probe's measurement replaces the old average instead of joining it.
+
+Prices are kept per thread count: on a busy machine the engine runs fewer threads
+(``machine.FreeCores``), where every width costs more, and the quiet prices are still right
+when the other process ends. A thread count seen for the first time starts from the prices of
+the one before and learns its own.
 """
 
 from __future__ import annotations
+
+import copy
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 WIDTH_PROBE_GAP = 64  # passes before a width the choice never uses is measured again
@@ -45,6 +52,20 @@ class PassCosts:
         self.passes = 0
         self.last_measured: dict[int, int] = {}  # width -> pass count when last observed
         self.fresh_bucket: int | None = None  # a probe's bucket: its next pass replaces the mean
+        self.threads = 0  # the thread count the prices above are for (0: not told)
+        self.other_threads: dict[int, tuple[dict[int, Ema], Ema]] = {}
+
+    def use_threads(self, n: int) -> None:
+        """The next passes run on ``n`` threads: price them with what ``n`` threads cost."""
+        if n == self.threads:
+            return
+        if self.threads:
+            self.other_threads[self.threads] = (self.pass_s, self.draft_step_s)
+            kept = self.other_threads.pop(n, None)
+            if kept is None:
+                kept = copy.deepcopy((self.pass_s, self.draft_step_s))
+            self.pass_s, self.draft_step_s = kept
+        self.threads = n
 
     def observe_pass(self, width: int, seconds: float) -> None:
         if self.fresh_bucket is not None and bucket(width) == self.fresh_bucket:

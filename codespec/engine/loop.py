@@ -90,6 +90,7 @@ class Engine(Calibrated, WarmUps):
         self.corpus = CorpusProposer()  # fed per request (``GenerationParams.corpora``)
         self.drafter = DraftProposer(draft, threshold=draft_threshold) if draft else None
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
+        self.policy.costs.use_threads(self.max_threads)  # what calibration will measure
         self.lock = threading.Lock()  # one generation at a time owns the caches
         self._init_calibration()
         self._init_warm_ups()
@@ -164,6 +165,7 @@ class Engine(Calibrated, WarmUps):
         """As many threads as cores are free now (``machine.FreeCores``: spinning threads on
         a taken core cost far more than the core they lost)."""
         n = self.threads()
+        self.policy.costs.use_threads(n)
         for model in (self.target, self.drafter.model if self.drafter else None):
             if model is not None:
                 model.use_threads(n)

@@ -27,3 +27,17 @@ def pass_seconds(model, ids: list[int], tokens: list[int], repeats: int = 3) -> 
         times.append(seconds)
     model.reset()
     return sorted(times[1:])[repeats // 2]
+
+
+def prefill_seconds(model, ids: list[int], new: list[int], repeats: int = 3) -> float:
+    """Median seconds for ``model`` to prefill ``new`` after a cached ``ids``, through its
+    own ``prefill`` (its chunking, and on ggml its unpadded chunks: a decoding pass of as many
+    rows would pad them and ask every row's logits), after a first one that pays set-up."""
+    model.prefill(ids)
+    times = []
+    for _ in range(repeats + 1):
+        _, seconds = timed(model.prefill, ids + new)
+        model.crop(len(ids))
+        times.append(seconds)
+    model.reset()
+    return sorted(times[1:])[repeats // 2]

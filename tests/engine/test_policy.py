@@ -4,7 +4,7 @@ measured pass costs and acceptance per context; re-measure what it stops using."
 import pytest
 
 from codespec.engine.acceptance import NGRAM_PRIOR, expected_tokens, kept_moments, span_rates
-from codespec.engine.costs import WIDTH_PROBE_GAP
+from codespec.engine.costs import WIDTH_PROBE_GAP, PassCosts
 from codespec.engine.ngram import SINGLE, SPLIT, UNANIMOUS
 from codespec.engine.policy import ACCEPTANCE_PROBE_GAP, SpeculationPolicy
 
@@ -265,3 +265,23 @@ def test_riders_fill_no_width_whose_cost_is_a_guess():
     assert cpu.width(16, nodes=30) == 16
     gpu = policy_with(FLAT_COSTS)
     assert gpu.width(16, nodes=30) > 16  # measured up to 32 and near flat
+
+
+def test_pass_prices_are_kept_per_thread_count():
+    """A busy spell (fewer threads) learns its own prices from the quiet ones, and the quiet
+    prices are still there when it ends."""
+    costs = PassCosts()
+    costs.use_threads(2)
+    costs.observe_pass(1, 0.10)
+    costs.observe_pass(4, 0.15)
+    costs.draft_step_s.add(0.03)
+    costs.use_threads(1)  # first time on one thread: starts from the two-thread prices
+    assert costs.price(1) == pytest.approx(0.10) and costs.draft_step_s.value == 0.03
+    for _ in range(30):
+        costs.observe_pass(1, 0.20)
+        costs.observe_pass(4, 0.40)
+    assert costs.price(4) == pytest.approx(0.40, rel=0.01)
+    costs.use_threads(2)
+    assert (costs.price(1), costs.price(4)) == (pytest.approx(0.10), pytest.approx(0.15))
+    costs.use_threads(1)
+    assert costs.price(4) == pytest.approx(0.40, rel=0.01)
