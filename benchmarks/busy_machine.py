@@ -19,30 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
-import sys
 import time
 
 from codespec import machine
-from codespec.engine.timing import timed
+from codespec.bench.main import background_load
+from codespec.engine.timing import pass_seconds
 from codespec.runtime import load_pair
 
 
-def median_pass_ms(target, context: list[int], width: int, repeats: int) -> float:
+def pass_ms(target, context: list[int], width: int, repeats: int) -> float:
     """Median ms of a ``width``-row pass after ``context`` (the first one not counted)."""
-    target.prefill(context)
-    times = []
-    for i in range(repeats + 1):
-        _, seconds = timed(target.forward, [100 + i + k for k in range(width)], all_logits=False)
-        target.crop(len(context))
-        times.append(1000 * seconds)
-    target.reset()
-    return statistics.median(times[1:])
-
-
-def busy(processes: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    return 1000 * pass_seconds(target, context, [100 + k for k in range(width)], repeats)
 
 
 def measure(backend: str, args) -> dict:
@@ -52,26 +39,19 @@ def measure(backend: str, args) -> dict:
     context = [(7 * i + 100) % 150000 for i in range(args.context)]
     rows: dict[str, dict[int, float]] = {}
     target.use_threads(cores)
-    rows["quiet"] = {w: median_pass_ms(target, context, w, args.repeats) for w in widths}
-    load = busy(args.load)
-    try:
+    rows["quiet"] = {w: pass_ms(target, context, w, args.repeats) for w in widths}
+    with background_load(args.load):
         time.sleep(1.0)
-        rows["busy, all threads"] = {
-            w: median_pass_ms(target, context, w, args.repeats) for w in widths
-        }
+        rows["busy, all threads"] = {w: pass_ms(target, context, w, args.repeats) for w in widths}
         free = machine.FreeCores(cores=cores, window_s=0.0)
         free.free()
         time.sleep(1.0)
         threads = free.free()
         target.use_threads(threads)
         rows[f"busy, free cores ({threads})"] = {
-            w: median_pass_ms(target, context, w, args.repeats) for w in widths
+            w: pass_ms(target, context, w, args.repeats) for w in widths
         }
-    finally:
-        for process in load:
-            process.kill()
-            process.wait()
-        target.use_threads(cores)
+    target.use_threads(cores)
     return dict(backend=backend, threads=cores, label=pair.quantization, ms=rows)
 
 

@@ -96,10 +96,15 @@ class GgmlModel:
         return self.llama.n_vocab
 
     @property
+    def text_cells(self) -> int:
+        """The cells kept for text (the rest are for parked tree nodes)."""
+        return int(self.llama.n_ctx * COMPACT_AT)
+
+    @property
     def text_tokens(self) -> int:
         """The most tokens a prompt and its completion may hold: the cells kept for text,
         less a decoding pass's rows."""
-        return int(self.llama.n_ctx * COMPACT_AT) - GROUP
+        return self.text_cells - GROUP
 
     def use_width_independent_rows(self) -> None:
         """Nothing to switch: padding to whole groups is what makes rows width-independent."""
@@ -274,7 +279,7 @@ class GgmlModel:
 
     def _make_room(self, rows: int) -> None:
         """Give parked cells back when the cache could run out of cells in position order."""
-        limit = int(self.llama.n_ctx * COMPACT_AT)  # (text_tokens + a pass's rows)
+        limit = self.text_cells
         if len(self.ids) + rows > limit:
             raise ValueError(
                 f"{len(self.ids) + rows} tokens do not fit the context ({limit} of "
