@@ -105,19 +105,35 @@ class FreeCores:
     core runs a build, a pass on two threads costs many times a pass on one, where it should
     cost about twice (``docs/benchmarks.md``, "A busy machine"). So each request runs one
     thread fewer for each core that other processes kept busy since the last look. Looks
-    closer together than ``window_s`` return the last answer.
+    closer together than ``window_s`` return the last answer; the first look is always a
+    measurement (it waits until ``first_look_s`` has passed since the start, if it must), so a
+    request that comes at once on a busy machine does not take every core.
     """
 
-    def __init__(self, cores: int | None = None, window_s: float = 0.5) -> None:
+    def __init__(
+        self, cores: int | None = None, window_s: float = 0.5, first_look_s: float = 0.1
+    ) -> None:
         self.cores = cores or usable_cores()
         self.window_s = window_s
+        self.first_look_s = first_look_s
         self.system_cores = os.cpu_count() or self.cores
         self._last, self._at = cpu_ticks(), time.monotonic()
-        self._free = self.cores
+        self._free: int | None = None  # None until a look has measured something
 
     def free(self) -> int:
-        if time.monotonic() - self._at < self.window_s:
+        since = time.monotonic() - self._at
+        if self._free is not None and since < self.window_s:
             return self._free
+        if self._free is None and since < self.first_look_s:
+            time.sleep(self.first_look_s - since)  # too few clock ticks yet to tell anything
+        now = cpu_ticks()
+        last, self._last, self._at = self._last, now, time.monotonic()
+        if now is None or last is None or now.total <= last.total:
+            return self.cores if self._free is None else self._free
+        others = (now.busy - last.busy) - (now.mine - last.mine)
+        taken = max(0.0, others / (now.total - last.total)) * self.system_cores
+        self._free = max(1, min(self.cores, self.cores - round(taken)))
+        return self._free
         now = cpu_ticks()
         last, self._last, self._at = self._last, now, time.monotonic()
         if now is None or last is None or now.total <= last.total:

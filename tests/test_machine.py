@@ -54,18 +54,34 @@ def test_its_own_work_does_not_count_and_bad_files_keep_the_last_answer(fake_pro
 def test_looks_closer_than_the_window_return_the_last_answer(fake_proc):
     write_ticks(fake_proc, (1000, 400), mine=0)
     cores = machine.FreeCores(cores=2, window_s=3600)
-    write_ticks(fake_proc, (1200, 600), mine=0)  # fully busy, but not looked at yet
-    assert cores.free() == 2
+    write_ticks(fake_proc, (1200, 600), mine=0)  # fully busy since the start
+    assert cores.free() == 1  # the first look measures, however soon it comes
+    write_ticks(fake_proc, (1400, 600), mine=0)  # idle since, but not looked at yet
+    assert cores.free() == 1
+
+
+def test_a_look_at_once_measures_instead_of_guessing(fake_proc):
+    """A request that comes right after the engine starts, on a busy machine, waits for
+    enough clock ticks to see the busy core instead of assuming every core is free."""
+    write_ticks(fake_proc, (1000, 400), mine=0)
+    cores = machine.FreeCores(cores=2, window_s=3600, first_look_s=0.2)
+    write_ticks(fake_proc, (1200, 500), mine=0)  # one core busy
+    started = time.monotonic()
+    assert cores.free() == 1
+    assert time.monotonic() - started >= 0.15
 
 
 @pytest.mark.skipif(
     machine.usable_cores() < 2 or machine.cpu_ticks() is None, reason="needs 2 cores and /proc"
 )
 def test_a_real_busy_process_takes_a_core():
-    cores = machine.FreeCores(window_s=0.0)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        cores.free()  # starts the window with the process already running
+        time.sleep(0.2)  # the interpreter started and spinning
+        # the first look, at once: it samples the busy process rather than guess
+        assert machine.FreeCores().free() <= machine.usable_cores() - 1
+        cores = machine.FreeCores(window_s=0.0)
+        cores.free()
         time.sleep(1.0)
         assert cores.free() <= cores.cores - 1
     finally:
