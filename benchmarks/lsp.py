@@ -43,19 +43,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lsp"))
 from rpc import RawClient, inline_request, relay_client
+from codespec.machine import cpu_kind
 
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(
-    socket_path: Path, stats_db: Path | None = None, quantize: str | None = None
+    socket_path: Path,
+    stats_db: Path | None = None,
+    quantize: str | None = None,
+    backend: str | None = None,
 ) -> subprocess.Popen:
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path)),
             *("--no-status", "--stats-db", str(stats_db or socket_path.with_name("stats.sqlite3"))),
             *(("--quantize", quantize) if quantize else ()),
+            *(("--backend", backend) if backend else ()),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -182,10 +187,14 @@ def main() -> None:
         "--stats-db", default=None, help="keep the session's acceptance stats in this store"
     )
     ap.add_argument("--quantize", default=None, help="the daemon's --quantize (default: auto)")
+    ap.add_argument(
+        "--backend", default=None, choices=["auto", "ggml", "torch"], help="the daemon's --backend"
+    )
     args = ap.parse_args()
 
     socket_path = Path(tempfile.mkdtemp(prefix="codespec-bench-")) / "d.sock"
-    daemon = start(socket_path, Path(args.stats_db) if args.stats_db else None, args.quantize)
+    stats_db = Path(args.stats_db) if args.stats_db else None
+    daemon = start(socket_path, stats_db, args.quantize, args.backend)
     try:
         client = connect(socket_path)
         client.initialize()
@@ -315,6 +324,8 @@ def main() -> None:
         daemon.wait(timeout=60)
     both = [t for t in paired.values() if len(t) == 2]
     report = {
+        "cpu_kind": cpu_kind(),
+        "backend": args.backend or "auto",
         "think_ms": args.think_ms,
         "look_ahead_keys": args.look_ahead_keys,
         **{

@@ -218,6 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
     b.add_argument(
+        "--peer-server",
+        default=None,
+        metavar="PATH",
+        help="with --peer: also run llama.cpp's own llama-server binary at PATH, plain and with "
+        "its draft-model speculation on the pair's draft",
+    )
+    b.add_argument(
         "--background-load",
         type=int,
         default=0,

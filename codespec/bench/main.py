@@ -134,10 +134,17 @@ def run(args: argparse.Namespace, log=print) -> dict:
     from ..runtime import load_pair
 
     languages, kinds, per_kind, max_tokens = choose(args)
+    server = None
     if args.peer:
         from .peer import require
 
         require()
+    if getattr(args, "peer_server", None):
+        if not args.peer:
+            raise BenchError("--peer-server needs --peer llama.cpp")
+        from .peer_server import check_binary
+
+        server = check_binary(args.peer_server)
     corpus_dir = Path(args.corpus_dir) if args.corpus_dir else sources.default_corpus_dir()
     if args.fetch:
         sources.fetch(corpus_dir, log=log)
@@ -228,7 +235,9 @@ def run(args: argparse.Namespace, log=print) -> dict:
     if args.peer:
         from .peer import run_peer
 
-        result["peer"] = run_peer(pair, holes, rows, settings, log=log, limit=args.peer_holes)
+        result["peer"] = run_peer(
+            pair, holes, rows, settings, log=log, limit=args.peer_holes, server=server
+        )
     return result
 
 

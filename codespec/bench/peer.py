@@ -9,9 +9,12 @@ after every token). As for ours: speed with the prompt already cached, time to f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from ..models import ModelError, gguf_file
 from ..runtime import LoadedPair
@@ -19,8 +22,6 @@ from ..stops import StopChecker, TextStopRule
 from .corpus import Hole
 from .report import fmt, rate
 from .runner import BenchSettings, cursor_of, options_for, prompt_ids, rounds_for, typed_at_cursor
-
-ENGINES = ("llama.cpp plain", "llama.cpp prompt lookup", "codespec plain", "codespec speculative")
 
 
 def require() -> None:
@@ -71,6 +72,79 @@ def generate(llm, pair: LoadedPair, hole: Hole, prompt: list[int], max_tokens: i
     return dict(tokens=tokens, ttft_ms=1000 * (ttft or total), total_ms=1000 * total)
 
 
+# an engine: complete(hole, prompt ids, max tokens) -> tokens and times, as ``generate``
+Complete = Callable[[Hole, list[int], int], dict]
+
+# the engines a peer run may measure: record key -> the name the report gives it
+NAMES = {
+    "plain": "llama.cpp plain",
+    "prompt_lookup": "llama.cpp prompt lookup",
+    "server_plain": "llama-server plain",
+    "server_draft_model": "llama-server draft model",
+}
+# which engine's output each speculative one is checked against (its own greedy)
+GREEDY_OF = {"prompt_lookup": "plain", "server_draft_model": "server_plain"}
+MATCH_KEYS = {
+    "prompt_lookup": "lookup_matches_its_greedy",
+    "server_draft_model": "server_draft_matches_its_greedy",
+}
+
+
+@contextlib.contextmanager
+def in_process(pair: LoadedPair, path: str, prompt_lookup: bool) -> Iterator[Complete]:
+    llm = load_llama(path, prompt_lookup)
+    try:
+        yield lambda hole, prompt, n: generate(llm, pair, hole, prompt, n)
+    finally:
+        llm.close()
+
+
+def engines(pair: LoadedPair, path: str, server: Path | None) -> list[tuple[str, Callable]]:
+    """(record key, a context manager that loads it): loaded and measured one at a time."""
+    out: list[tuple[str, Callable]] = [
+        ("plain", lambda: in_process(pair, path, False)),
+        ("prompt_lookup", lambda: in_process(pair, path, True)),
+    ]
+    if server is not None:
+        from .peer_server import server_variant, variants
+
+        manifest, target = pair.manifest, Path(path)
+        draft = gguf_file(manifest.draft, manifest.install_hint) if manifest.draft else None
+        tokenizer, stops = pair.tokenizer, set(pair.stop_ids)
+        for name, extra in variants(draft).items():
+            out.append(
+                (
+                    f"server_{name}",
+                    lambda e=extra: server_variant(server, target, e, tokenizer, stops),
+                )
+            )
+    return out
+
+
+def measure(complete: Complete, pair: LoadedPair, hole: Hole, prompt: list[int], settings) -> dict:
+    """One engine on one hole, measured as ours is: cold, prompt cached (in rounds), keystroke."""
+    cold = complete(hole, prompt, 1)  # new place: full prefill
+    warm = complete(hole, prompt, settings.max_tokens)  # prompt cached
+    # a short completion is timed in rounds, as ours are (``runner.rounds_for``)
+    rounds = [warm["total_ms"]] + [
+        complete(hole, prompt, settings.max_tokens)["total_ms"]
+        for _ in range(rounds_for(len(warm["tokens"])) - 1)
+    ]
+    typed = pair.tokenizer.encode(typed_at_cursor(hole), add_special_tokens=False)
+    keystroke = complete(hole, prompt + typed, 1)  # as our warm ttft
+    record = dict(
+        cold_ttft_ms=cold["ttft_ms"],
+        ttft_ms=keystroke["ttft_ms"],
+        total_ms=statistics.median(rounds),
+        rounds_ms=rounds,
+        tokens=len(warm["tokens"]),
+        ids=warm["tokens"],
+    )
+    if warm.get("drafted"):  # the server's own count of drafted and accepted tokens
+        record.update(drafted=warm["drafted"], accepted=warm["accepted"])
+    return record
+
+
 def run_peer(
     pair: LoadedPair,
     holes: list[Hole],
@@ -78,44 +152,31 @@ def run_peer(
     settings: BenchSettings,
     log=print,
     limit: int | None = None,
+    server: Path | None = None,
 ) -> dict:
     path = str(gguf_file(pair.manifest.target, pair.manifest.install_hint))
-    variants = {"plain": load_llama(path, False), "prompt_lookup": load_llama(path, True)}
-    records, ours = [], []  # llama.cpp's runs and ours on the same holes
     pairs = list(zip(holes, rows, strict=True))
     step = max(1, len(pairs) // limit) if limit else 1
-    for hole, row in pairs[::step][:limit]:  # spread over languages and kinds
-        prompt = prompt_ids(pair, hole, settings)
-        record: dict = {"file": row["hole"]["file"], "language": hole.language, "kind": hole.kind}
-        for name, llm in variants.items():
-            cold = generate(llm, pair, hole, prompt, 1)  # new place: full prefill
-            warm = generate(llm, pair, hole, prompt, settings.max_tokens)  # prompt cached
-            # a short completion is timed in rounds, as ours are (``runner.rounds_for``)
-            rounds = [warm["total_ms"]] + [
-                generate(llm, pair, hole, prompt, settings.max_tokens)["total_ms"]
-                for _ in range(rounds_for(len(warm["tokens"])) - 1)
-            ]
-            typed = pair.tokenizer.encode(typed_at_cursor(hole), add_special_tokens=False)
-            keystroke = generate(llm, pair, hole, prompt + typed, 1)  # as our warm ttft
-            record[name] = dict(
-                cold_ttft_ms=cold["ttft_ms"],
-                ttft_ms=keystroke["ttft_ms"],
-                total_ms=statistics.median(rounds),
-                rounds_ms=rounds,
-                tokens=len(warm["tokens"]),
-                ids=warm["tokens"],
-            )
-        plain_ids = record["plain"]["ids"]
-        record["plain_matches_ours"] = plain_ids == row["plain"]["ids"]
-        record["lookup_matches_its_greedy"] = record["prompt_lookup"]["ids"] == plain_ids
-        records.append(record)
-        ours.append(row)
-        log(
-            f"peer {hole.language:<15} {hole.kind:<8} plain {rate(record['plain']):5.1f} tok/s "
-            f"lookup {rate(record['prompt_lookup']):5.1f} tok/s "
-            f"same-as-ours={record['plain_matches_ours']} "
-            f"lookup-exact={record['lookup_matches_its_greedy']}"
-        )
+    chosen = pairs[::step][:limit]  # spread over languages and kinds
+    prompts = [prompt_ids(pair, hole, settings) for hole, _ in chosen]
+    records: list[dict] = [
+        {"file": row["hole"]["file"], "language": hole.language, "kind": hole.kind}
+        for hole, row in chosen
+    ]
+    for key, opened in engines(pair, path, server):
+        with opened() as complete:
+            for record, (hole, _), prompt in zip(records, chosen, prompts, strict=True):
+                record[key] = measure(complete, pair, hole, prompt, settings)
+                log(
+                    f"peer {NAMES[key]:<24} {hole.language:<15} {hole.kind:<8} "
+                    f"{rate(record[key]):5.1f} tok/s"
+                )
+    for record, (_, row) in zip(records, chosen, strict=True):
+        record["plain_matches_ours"] = record["plain"]["ids"] == row["plain"]["ids"]
+        for key, greedy in GREEDY_OF.items():
+            if key in record:
+                record[MATCH_KEYS[key]] = record[key]["ids"] == record[greedy]["ids"]
+    ours = [row for _, row in chosen]
     return dict(model=os.path.basename(path), holes=records, summary=summarize(records, ours))
 
 
@@ -136,9 +197,15 @@ def summarize(records: list[dict], ours: list[dict]) -> dict:
         )
 
     out: dict = {}
-    for name, key in (("llama.cpp plain", "plain"), ("llama.cpp prompt lookup", "prompt_lookup")):
-        runs = [r[key] for r in records]
-        out[name] = figures(runs, [r["ttft_ms"] for r in runs], [r["cold_ttft_ms"] for r in runs])
+    for key, name in NAMES.items():
+        runs = [r[key] for r in records if key in r]
+        if runs:
+            ttft, cold = [r["ttft_ms"] for r in runs], [r["cold_ttft_ms"] for r in runs]
+            out[name] = figures(runs, ttft, cold)
+            accepted = [r for r in runs if r.get("drafted")]
+            if accepted:  # the server's own acceptance over the holes it drafted on
+                drafted = sum(r["drafted"] for r in accepted)
+                out[name]["acceptance"] = sum(r["accepted"] for r in accepted) / drafted
     # ours: the keystroke and cold measurements are per hole (run once, speculative)
     ttft, cold = [r["ttft_ms"] for r in ours], [r["cold_ttft_ms"] for r in ours]
     out["codespec plain"] = figures([r["plain"] for r in ours], ttft, cold)
@@ -148,6 +215,10 @@ def summarize(records: list[dict], ours: list[dict]) -> dict:
     out["llama.cpp prompt lookup matches its greedy"] = sum(
         r["lookup_matches_its_greedy"] for r in records
     )
+    if any("server_draft_matches_its_greedy" in r for r in records):
+        out["llama-server draft model matches its greedy"] = sum(
+            r.get("server_draft_matches_its_greedy", False) for r in records
+        )
     return out
 
 
@@ -162,7 +233,9 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
         "| engine | tok/s | total p50 | ttft p50 (keystroke) | cold ttft p50 |",
         "|---|---|---|---|---|",
     ]
-    for name in ENGINES:
+    for name in [*NAMES.values(), "codespec plain", "codespec speculative"]:
+        if name not in s:
+            continue
         r = s[name]
         times = ("total_ms_p50", "ttft_ms_p50", "cold_ttft_ms_p50")
         ms = [fmt(r.get(k), "{:.0f} ms") for k in times]
@@ -181,4 +254,12 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
         f"- llama.cpp prompt lookup output identical to its own greedy: "
         f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
     ]
+    if "llama-server draft model" in s:
+        draft = s["llama-server draft model"]
+        lines.append(
+            "- llama-server (llama.cpp's own server, same llama.cpp) with the pair's draft GGUF at "
+            "its default draft settings: output identical to its own greedy on "
+            f"{s['llama-server draft model matches its greedy']} of {s['holes']} holes, "
+            f"draft acceptance {fmt(draft.get('acceptance'), '{:.0%}')}."
+        )
     return lines
