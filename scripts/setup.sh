@@ -26,19 +26,14 @@ fi
 # codespec/ggml), and its OpenAI-compatible server, which the remote-engine tests run codespec
 # against; `codespec bench --peer llama.cpp` uses it too. PyPI has only its source;
 # the wheel is built once per machine (minutes: README, set-up) and kept in the user cache,
-# keyed by the CPU's flags and the build's options (the build uses the CPU's own instructions).
-# ggml's AMX kernels are left out: on a CPU that reports AMX they crashed the first batched
-# pass with SIGILL (docs/benchmarks.md, "ggml as a verifier"), while the AVX-512 ones run.
-LLAMA_CPP=llama-cpp-python==0.3.36
-LLAMA_CMAKE="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
-LLAMA_CFLAGS=""
-grep -qw amx_tile /proc/cpuinfo 2>/dev/null && LLAMA_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# keyed by the CPU's flags and the build's options (scripts/llama-cpp.sh).
+source scripts/llama-cpp.sh
 BUILD_KEY=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$LLAMA_CPP $LLAMA_CMAKE $LLAMA_CFLAGS") \
   | sha256sum | cut -c1-12)
 if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
   || ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
   WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/$BUILD_KEY"
-  WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
+  WHEEL=$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$WHEEL" ]; then
     if command -v cmake >/dev/null && command -v c++ >/dev/null; then
       echo "codespec setup: building $LLAMA_CPP once for this machine (minutes)" >&2
@@ -47,7 +42,7 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
       CMAKE_ARGS="$LLAMA_CMAKE -DCMAKE_C_FLAGS='$LLAMA_CFLAGS' -DCMAKE_CXX_FLAGS='$LLAMA_CFLAGS'" \
         CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         "${PIP[@]}" wheel -q --no-cache-dir --no-deps -w "$WHEELS" "$LLAMA_CPP" >&2 || true
-      WHEEL=$(ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1 || true)
+      WHEEL=$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl 2>/dev/null | head -1 || true)
     else
       echo "codespec setup: no cmake or C++ compiler: skipping llama-cpp-python (codespec runs on torch; the ggml and remote-engine tests will be skipped)" >&2
     fi

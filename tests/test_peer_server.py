@@ -1,7 +1,7 @@
 """llama.cpp's own server as the bench's peer (``bench/peer_server.py``), run for real on tiny
 GGUF files written here: its greedy tokens through our stop rules, as the in-process peer gets
 them, and its draft-model speculation. Needs a ``llama-server`` binary built from llama.cpp
-(``CODESPEC_LLAMA_SERVER`` or on the PATH; ``docs/benchmarks.md`` says how it was built)."""
+(``CODESPEC_LLAMA_SERVER``, on the PATH, or where ``scripts/build-llama-server.sh`` puts it)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,18 @@ from codespec.bench import peer, peer_server
 from codespec.bench.corpus import Hole
 from codespec.models import ModelError, load_manifest
 
-SERVER = os.environ.get("CODESPEC_LLAMA_SERVER") or shutil.which("llama-server")
+BUILT = sorted(
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").glob(
+        "codespec/llama-server/*/build/bin/llama-server"
+    )
+)
+SERVER = (
+    os.environ.get("CODESPEC_LLAMA_SERVER")
+    or shutil.which("llama-server")
+    or (str(BUILT[-1]) if BUILT else None)
+)
 needs_binary = pytest.mark.skipif(
-    not SERVER, reason="no llama-server binary (set CODESPEC_LLAMA_SERVER to one)"
+    not SERVER, reason="no llama-server binary (scripts/build-llama-server.sh builds one)"
 )
 PREFIX = "def add(a, b):\n    total = a + b\n    return total\n\n\nvalue = "
 HOLE = Hole("python", "line", "p", "f.py", "0" * 64, len(PREFIX), len(PREFIX), 6, 8,

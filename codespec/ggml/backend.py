@@ -28,8 +28,8 @@ restored, contiguous) or the place is parked.
 Places. The other places' caches are parked as bytes (``llama_state_seq_get_data``) within the
 slot pool's budget (``engine/slots.py``); going back restores them.
 
-Look-ahead trees (``engine/ahead.py``) are not computed on this backend: those methods say
-nothing was looked ahead.
+Look-ahead. The prompts of the next keystrokes are computed ahead in padded passes of their
+own, each under a leaf sequence (``ahead.py``).
 """
 
 from __future__ import annotations
@@ -42,17 +42,9 @@ import torch
 
 from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
+from .ahead import GgmlLookAheads
+from .layout import COMPACT_AT, GROUP, LEAVES, PADDING, PARKED, SEQUENCES, TEXT
 from .llama import Aborted, CacheFull, LlamaContext, Node, Settings
-
-GROUP = 4  # rows of the repacked GEMM kernel: every decode pass is a whole number of groups
-TEXT = 0  # the sequence of the cached text
-LEAVES = range(1, 17)  # a tree's leaves
-PARKED = 17  # rejected tree nodes, kept in place until the cache is compacted
-PADDING = 18  # the rows that fill a pass up to a whole group
-SEQUENCES = 19
-# Compact (give parked cells back) once text and parked cells fill this share of the cache:
-# well before the end, where llama.cpp's search for free cells wraps around to lower ones.
-COMPACT_AT = 0.75
 
 
 def pass_rows_limit() -> int:
@@ -69,7 +61,7 @@ class TreePass:
     leaves: list[int]  # the leaf sequences it used
 
 
-class GgmlModel:
+class GgmlModel(GgmlLookAheads):
     """A GGUF model on llama.cpp's CPU kernels with codespec's cache rules (one per model)."""
 
     def __init__(
@@ -89,7 +81,7 @@ class GgmlModel:
         self.pool = SlotPool(len, slots, parked_budget_bytes)
         self.parked = 0  # cells parked under PARKED
         self.tree: TreePass | None = None
-        self.ahead = None  # no look-ahead trees here (the warm-up code reads this)
+        self.ahead = None  # prompts computed ahead (``ahead.py``)
 
     @property
     def vocab_size(self) -> int:
@@ -129,6 +121,9 @@ class GgmlModel:
         was computed stays) and inside a chunk (that chunk is dropped)."""
         if not ids:
             raise ValueError("cannot prefill an empty prompt")
+        ahead = self.end_look_ahead(ids)
+        if ahead is not None:  # computed ahead: the text holds ``ids`` and this is its answer
+            return ahead, len(ids), 0
         self._select_slot(ids)
         reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
         self.crop(reuse)
@@ -255,7 +250,10 @@ class GgmlModel:
         self.parked += sum(1 for seqs in tree.sequences if TEXT not in seqs)
 
     def _end_tree(self) -> None:
-        """Settle a tree pass nobody called ``keep`` for (a cancelled request): keep its trunk."""
+        """Settle a tree pass nobody called ``keep`` for (a cancelled request): keep its trunk;
+        end a standing look-ahead (the text stays as it is)."""
+        if self.ahead is not None:
+            self.end_look_ahead()
         if self.tree is not None:
             tree, self.tree = self.tree, None
             trunk = sum(1 for seqs in tree.sequences if TEXT in seqs)
@@ -272,7 +270,7 @@ class GgmlModel:
 
     def reset(self) -> None:
         """Forget everything cached, in every slot."""
-        self.tree = None
+        self.tree = self.ahead = None
         self.llama.clear()
         self.ids, self.parked = [], 0
         self.pool.clear()
@@ -328,23 +326,6 @@ class GgmlModel:
             self.pool.park(Slot(list(self.ids), self.llama.save(TEXT)))
         self.llama.clear()
         self.ids, self.parked = [], 0
-
-    # -- look-ahead trees: not on this backend -----------------------------------------------
-
-    def sequence(self) -> list[int]:
-        return self.ids
-
-    def look_ahead(self, prompts, known=None, stop=None) -> int:
-        return 0
-
-    def looked_ahead(self, ids: list[int]) -> bool:
-        return False
-
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
-        return None
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
-        return None
 
 
 def tree_sequences(tree_mask: torch.Tensor) -> list[tuple[int, ...]]:

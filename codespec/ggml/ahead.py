@@ -1,0 +1,223 @@
+"""Look-ahead on the ggml backend: the prompts of the next keystrokes computed ahead, so that a
+request typed one character further starts from their logits (``engine/ahead.py`` says what
+and why; this is how on llama.cpp's cache).
+
+While a look-ahead stands, the text's sequence holds the prompt the engine last ran (the
+*known* prompt, whose logits the caller has) and each prompt computed ahead has a leaf sequence
+of its own: the cells it shares with a prompt computed before it (the text's, or another
+branch's), then its own new cells. Its new rows go in padded passes of at most a group of rows,
+as a prefill computes a prompt's last ids (``backend.GgmlModel.prefill``); rows of such passes
+do not depend on the others in the pass, so each row is the same bits the prefill of that
+prompt computes, provided that prefill would compute them in one padded pass: a prompt that
+differs from the text in more than a group of ids is not looked ahead. Ending a look-ahead
+keeps the branch the request took (its cells join the text) and parks the others' cells, as a
+tree pass's rejected nodes are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..engine.slots import common_prefix_len
+from ..engine.stop import Cancelled, StopSignal
+from .layout import GROUP, LEAVES, PARKED, TEXT
+from .llama import LlamaContext
+
+# cells a look-ahead may use: its leaves' prompts, a pass of a group at a time
+ROOM = len(LEAVES) * GROUP
+
+
+@dataclass
+class GgmlLookAhead:
+    """Prompts computed ahead past the ``root`` cached positions they all share."""
+
+    root: int
+    # a prompt's ids past ``root`` -> the sequence whose cells spell them (TEXT: the text's)
+    branches: dict[tuple[int, ...], int] = field(default_factory=dict)
+    logits: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
+    leaves: list[int] = field(default_factory=list)  # leaf sequences in use
+    cells: int = 0  # cells computed ahead (parked when the look-ahead ends)
+
+
+class GgmlLookAheads:
+    """The look-ahead half of ``GgmlModel``: it uses the model's ``ids``, ``llama``, ``crop``,
+    ``_decode``, ``_compact``, ``parked`` and ``text_cells``, and owns ``ahead``."""
+
+    ids: list[int]
+    llama: LlamaContext
+    parked: int
+    text_cells: int
+    ahead: GgmlLookAhead | None = None
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int:
+        """Compute the rows of ``prompts`` ahead and keep them, with their last logits, for a
+        ``prefill`` of one of them; return the rows computed. ``known``: prompts the text holds
+        whose logits the caller has (their prefill is free too). Called again while a
+        look-ahead stands, it adds the new prompts to it, as long as they share its root.
+        ``stop`` drops the pass it stops (the passes before it stay)."""
+        known = {k: v for k, v in (known or {}).items() if list(k) == self.ids[: len(k)]}
+        wanted = [*prompts, *map(list, known)]
+        ahead = self.ahead
+        if ahead is None or any(ids[: ahead.root] != self.ids[: ahead.root] for ids in wanted):
+            self.end_look_ahead()
+            ahead = self._new_look_ahead(wanted, known)
+            if self.parked and not self._room_for(ahead, ROOM):
+                self._compact()  # (while no look-ahead stands: it keeps the text only)
+        self.ahead = ahead
+        rows = 0
+        try:
+            todo = [ids for ids in prompts if self._worth_looking_ahead(ahead, ids)]
+            while todo and len(ahead.leaves) < len(LEAVES) and self._room_for(ahead, GROUP):
+                batch, todo = self._one_pass(ahead, todo)
+                rows += self._compute(ahead, batch, stop)
+        finally:
+            if not ahead.logits:
+                self.end_look_ahead()
+        return rows
+
+    def _new_look_ahead(
+        self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
+    ) -> GgmlLookAhead:
+        """An empty look-ahead rooted where ``wanted`` and the text part; the text keeps the
+        longest ``known`` prompt (a completion after it is dropped)."""
+        root = min([len(self.ids)] + [common_prefix_len(self.ids, ids) for ids in wanted])
+        self.crop(max([root, *map(len, known)]))
+        ahead = GgmlLookAhead(root)
+        ahead.branches[tuple(self.ids[root:])] = TEXT
+        for ids, logits in known.items():
+            ahead.branches[tuple(ids[root:])] = TEXT
+            ahead.logits[tuple(ids[root:])] = logits
+        return ahead
+
+    def _room_for(self, ahead: GgmlLookAhead, rows: int) -> bool:
+        """Whether ``rows`` more cells (and a pass's padding) fit below the compaction mark
+        (``backend.GgmlModel._make_room``), with the cells computed ahead so far."""
+        used = len(self.ids) + self.parked + ahead.cells
+        return used + rows + GROUP <= self.text_cells
+
+    def _worth_looking_ahead(self, ahead: GgmlLookAhead, ids: list[int]) -> bool:
+        """A prompt past the root, not computed yet, whose prefill from the text would
+        compute its new ids in one padded pass (so its rows here are that pass's bits)."""
+        tail = tuple(ids[ahead.root :])
+        if len(ids) <= ahead.root or tail in ahead.logits:
+            return False
+        reused = min(common_prefix_len(self.ids, ids), len(ids) - 1)
+        return len(ids) - reused <= GROUP
+
+    @staticmethod
+    def _base(ahead: GgmlLookAhead, tail: tuple[int, ...]) -> tuple[int, int]:
+        """(sequence, ids) of the longest beginning of ``tail`` already cached."""
+        spelled = [(common_prefix_len(list(p), list(tail)), s) for p, s in ahead.branches.items()]
+        shared, seq = max(spelled, key=lambda found: (found[0], found[1] == TEXT))
+        return seq, min(shared, len(tail) - 1)
+
+    def _one_pass(
+        self, ahead: GgmlLookAhead, todo: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[int]]]:
+        """The prompts of the next pass (their new rows fit a group) and those left for later.
+        A prompt whose new ids begin like another's in the pass waits, to be computed on the
+        other's cells."""
+        batch: list[list[int]] = []
+        later: list[list[int]] = []
+        rows = 0
+        starts: set[tuple[int, int, int]] = set()
+        for ids in todo:
+            tail = tuple(ids[ahead.root :])
+            if tail in ahead.logits:
+                continue  # (a prompt asked for twice)
+            seq, shared = self._base(ahead, tail)
+            new = len(tail) - shared
+            start = (seq, shared, tail[shared])
+            free = len(ahead.leaves) + len(batch) < len(LEAVES)
+            if rows + new <= GROUP and start not in starts and free:
+                batch.append(ids)
+                starts.add(start)
+                rows += new
+            else:
+                later.append(ids)
+        return batch, later
+
+    def _compute(
+        self, ahead: GgmlLookAhead, batch: list[list[int]], stop: StopSignal | None
+    ) -> int:
+        """One padded pass with the new rows of ``batch``, each prompt under a leaf of its own
+        that first shares the cells its beginning is spelled by."""
+        nodes, ends, leaves = [], [], []
+        for ids in batch:
+            tail = tuple(ids[ahead.root :])
+            seq, shared = self._base(ahead, tail)
+            leaf = next(s for s in LEAVES if s not in ahead.leaves and s not in leaves)
+            self.llama.share(seq, leaf, -1, ahead.root + shared)
+            leaves.append(leaf)
+            nodes += [
+                (token, ahead.root + shared + i, (leaf,), True)
+                for i, token in enumerate(tail[shared:])
+            ]
+            ends.append(len(nodes) - 1)
+        try:
+            logits = self._decode(nodes, stop)
+        except Cancelled:
+            for leaf in leaves:  # the pass's cells were dropped, not the sharing
+                self.llama.remove(leaf)
+            raise
+        for ids, leaf, end in zip(batch, leaves, ends, strict=True):
+            tail = tuple(ids[ahead.root :])
+            ahead.branches[tail] = leaf
+            ahead.logits[tail] = torch.from_numpy(logits[end])
+        ahead.leaves += leaves
+        ahead.cells += len(nodes)
+        return len(nodes)
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        ahead = self.ahead
+        return (
+            ahead is not None
+            and self.ids[: ahead.root] == ids[: ahead.root]
+            and tuple(ids[ahead.root :]) in ahead.logits
+        )
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        if not self.looked_ahead(ids):
+            return None
+        assert self.ahead is not None
+        return self.ahead.logits[tuple(ids[self.ahead.root :])]
+
+    def sequence(self) -> list[int]:
+        """The text's ids (its sequence stays plain while a look-ahead stands)."""
+        return self.ids
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        """End a look-ahead: when ``ids`` is one of the prompts computed ahead, its cells become
+        the text and its logits are returned; else the text stays as it is. The other
+        branches' cells are parked."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None
+        logits = None
+        if ids is not None and ids[: ahead.root] == self.ids[: ahead.root]:
+            logits = ahead.logits.get(tuple(ids[ahead.root :]))
+        if logits is not None and ids is not None:
+            seq = ahead.branches[tuple(ids[ahead.root :])]
+            if seq == TEXT:
+                self.parked += len(self.ids) - len(ids)  # (cells leaves share may stay)
+                self.crop(len(ids))
+            else:  # the text's own cells past the root give way to the branch's
+                self.llama.share(TEXT, PARKED, ahead.root)
+                self.llama.remove(TEXT, ahead.root)
+                self.parked += len(self.ids) - ahead.root
+                self.llama.share(seq, TEXT, ahead.root, len(ids))
+                self.ids = list(ids)
+        for leaf in ahead.leaves:
+            self.llama.share(leaf, PARKED, ahead.root)
+            self.llama.remove(leaf)
+        self.parked += ahead.cells  # (some may be the text's now: counting them is safe)
+        return logits
