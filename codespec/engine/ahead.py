@@ -16,6 +16,7 @@ prompt takes, or the longest one it can use). The cached model's other operation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,11 +34,33 @@ class LookAhead:
     logits: dict[tuple[int, ...], torch.Tensor]  # a prompt's ids past ``root`` -> its logits
 
 
-class LookAheads:
+class PromptsAhead:
+    """What every backend answers alike about a standing look-ahead (``ahead``: its ``root``
+    and ``logits``, a prompt's ids past the root -> the logits after it)."""
+
+    ids: list[int]
+    ahead: Any = None
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        ahead = self.ahead
+        return (
+            ahead is not None
+            and self.ids[: ahead.root] == ids[: ahead.root]
+            and tuple(ids[ahead.root :]) in ahead.logits
+        )
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        if not self.looked_ahead(ids):
+            return None
+        return self.ahead.logits[tuple(ids[self.ahead.root :])]
+
+
+class LookAheads(PromptsAhead):
     """The look-ahead half of ``CachedModel`` (``kvcache.py``): it uses the model's ``ids``,
     ``crop``, ``keep`` and ``_pass``, and owns ``ahead``."""
 
-    ids: list[int]
     ahead: LookAhead | None = None
 
     def look_ahead(
@@ -112,25 +135,9 @@ class LookAheads:
             tree.add(Candidate(self.ids[root:end], "ahead"), max_nodes=end - root)
         return LookAhead(root, tree, {})
 
-    def looked_ahead(self, ids: list[int]) -> bool:
-        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
-        ahead = self.ahead
-        return (
-            ahead is not None
-            and self.ids[: ahead.root] == ids[: ahead.root]
-            and tuple(ids[ahead.root :]) in ahead.logits
-        )
-
     def sequence(self) -> list[int]:
         """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
         return self.ids[: self.ahead.root] if self.ahead is not None else self.ids
-
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
-        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
-        if not self.looked_ahead(ids):
-            return None
-        assert self.ahead is not None
-        return self.ahead.logits[tuple(ids[self.ahead.root :])]
 
     def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
         """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine.ahead import PromptsAhead
 from ..engine.slots import common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
 from .layout import GROUP, LEAVES, PARKED, TEXT
@@ -41,11 +42,10 @@ class GgmlLookAhead:
     cells: int = 0  # cells computed ahead (parked when the look-ahead ends)
 
 
-class GgmlLookAheads:
+class GgmlLookAheads(PromptsAhead):
     """The look-ahead half of ``GgmlModel``: it uses the model's ``ids``, ``llama``, ``crop``,
     ``_decode``, ``_compact``, ``parked`` and ``text_cells``, and owns ``ahead``."""
 
-    ids: list[int]
     llama: LlamaContext
     parked: int
     text_cells: int
@@ -174,22 +174,6 @@ class GgmlLookAheads:
         ahead.leaves += leaves
         ahead.cells += len(nodes)
         return len(nodes)
-
-    def looked_ahead(self, ids: list[int]) -> bool:
-        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
-        ahead = self.ahead
-        return (
-            ahead is not None
-            and self.ids[: ahead.root] == ids[: ahead.root]
-            and tuple(ids[ahead.root :]) in ahead.logits
-        )
-
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
-        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
-        if not self.looked_ahead(ids):
-            return None
-        assert self.ahead is not None
-        return self.ahead.logits[tuple(ids[self.ahead.root :])]
 
     def sequence(self) -> list[int]:
         """The text's ids (its sequence stays plain while a look-ahead stands)."""
