@@ -134,11 +134,3 @@ class FreeCores:
         taken = max(0.0, others / (now.total - last.total)) * self.system_cores
         self._free = max(1, min(self.cores, self.cores - round(taken)))
         return self._free
-        now = cpu_ticks()
-        last, self._last, self._at = self._last, now, time.monotonic()
-        if now is None or last is None or now.total <= last.total:
-            return self._free
-        others = (now.busy - last.busy) - (now.mine - last.mine)
-        taken = max(0.0, others / (now.total - last.total)) * self.system_cores
-        self._free = max(1, min(self.cores, self.cores - round(taken)))
-        return self._free
