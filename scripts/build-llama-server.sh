@@ -7,9 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/llama-cpp.sh
-KEY=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$LLAMA_CPP $LLAMA_CMAKE $LLAMA_CFLAGS") \
-  | sha256sum | cut -c1-12)
-HOME_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/llama-server/$KEY"
+HOME_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/llama-server/$LLAMA_BUILD_KEY"
 BIN="$HOME_DIR/build/bin/llama-server"
 if [ ! -x "$BIN" ]; then
   if ! command -v cmake >/dev/null || ! command -v c++ >/dev/null; then

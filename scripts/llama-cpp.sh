@@ -8,4 +8,6 @@ LLAMA_CPP=llama-cpp-python==$LLAMA_CPP_VERSION
 LLAMA_CMAKE="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
 LLAMA_CFLAGS=""
 grep -qw amx_tile /proc/cpuinfo 2>/dev/null && LLAMA_CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-true
+# what a build is kept under: the CPU's flags and the options above
+LLAMA_BUILD_KEY=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$LLAMA_CPP $LLAMA_CMAKE $LLAMA_CFLAGS") \
+  | sha256sum | cut -c1-12)

@@ -28,11 +28,9 @@ fi
 # the wheel is built once per machine (minutes: README, set-up) and kept in the user cache,
 # keyed by the CPU's flags and the build's options (scripts/llama-cpp.sh).
 source scripts/llama-cpp.sh
-BUILD_KEY=$( (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$LLAMA_CPP $LLAMA_CMAKE $LLAMA_CFLAGS") \
-  | sha256sum | cut -c1-12)
-if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
+if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$LLAMA_BUILD_KEY" ] \
   || ! .venv/bin/python -c "import llama_cpp.server, fastapi, uvicorn" 2>/dev/null; then
-  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/$BUILD_KEY"
+  WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/codespec/wheels/$LLAMA_BUILD_KEY"
   WHEEL=$(ls "$WHEELS"/llama_cpp_python-$LLAMA_CPP_VERSION-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$WHEEL" ]; then
     if command -v cmake >/dev/null && command -v c++ >/dev/null; then
@@ -50,7 +48,7 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] \
   if [ -n "$WHEEL" ]; then
     "${PIP[@]}" install -q --force-reinstall --no-deps "${EXTRA[@]}" "$WHEEL" \
       && "${PIP[@]}" install -q "${EXTRA[@]}" "$WHEEL[server]" \
-      && echo "$BUILD_KEY" > .venv/.llama-cpp-build
+      && echo "$LLAMA_BUILD_KEY" > .venv/.llama-cpp-build
   fi
 fi
 # Join, verify and convert the default pair once, and time it on ggml and torch where both
