@@ -82,11 +82,11 @@ NAMES = {
     "server_plain": "llama-server plain",
     "server_draft_model": "llama-server draft model",
 }
-# which engine's output each speculative one is checked against (its own greedy)
-GREEDY_OF = {"prompt_lookup": "plain", "server_draft_model": "server_plain"}
-MATCH_KEYS = {
-    "prompt_lookup": "lookup_matches_its_greedy",
-    "server_draft_model": "server_draft_matches_its_greedy",
+# each speculative engine: (the engine whose output is its own greedy, the record's key for
+# whether they match)
+GREEDY_OF = {
+    "prompt_lookup": ("plain", "lookup_matches_its_greedy"),
+    "server_draft_model": ("server_plain", "server_draft_matches_its_greedy"),
 }
 
 
@@ -173,9 +173,9 @@ def run_peer(
                 )
     for record, (_, row) in zip(records, chosen, strict=True):
         record["plain_matches_ours"] = record["plain"]["ids"] == row["plain"]["ids"]
-        for key, greedy in GREEDY_OF.items():
+        for key, (greedy, match) in GREEDY_OF.items():
             if key in record:
-                record[MATCH_KEYS[key]] = record[key]["ids"] == record[greedy]["ids"]
+                record[match] = record[key]["ids"] == record[greedy]["ids"]
     ours = [row for _, row in chosen]
     return dict(model=os.path.basename(path), holes=records, summary=summarize(records, ours))
 
@@ -212,13 +212,9 @@ def summarize(records: list[dict], ours: list[dict]) -> dict:
     out["codespec speculative"] = figures([r["spec"] for r in ours], ttft, cold)
     out["holes"] = len(records)
     out["llama.cpp plain matches codespec plain"] = sum(r["plain_matches_ours"] for r in records)
-    out["llama.cpp prompt lookup matches its greedy"] = sum(
-        r["lookup_matches_its_greedy"] for r in records
-    )
-    if any("server_draft_matches_its_greedy" in r for r in records):
-        out["llama-server draft model matches its greedy"] = sum(
-            r.get("server_draft_matches_its_greedy", False) for r in records
-        )
+    for key, (_, match) in GREEDY_OF.items():
+        if any(match in r for r in records):
+            out[f"{NAMES[key]} matches its greedy"] = sum(r.get(match, False) for r in records)
     return out
 
 
