@@ -28,6 +28,9 @@ from .llama import LlamaContext
 
 # cells a look-ahead may use: its leaves' prompts, a pass of a group at a time
 ROOM = len(LEAVES) * GROUP
+# a prompt to compute ahead: its ids past the root, the sequence whose cells spell the
+# beginning of them, and how many ids that is
+Branch = tuple[tuple[int, ...], int, int]
 
 
 @dataclass
@@ -120,11 +123,11 @@ class GgmlLookAheads(PromptsAhead):
 
     def _one_pass(
         self, ahead: GgmlLookAhead, todo: list[list[int]]
-    ) -> tuple[list[list[int]], list[list[int]]]:
-        """The prompts of the next pass (their new rows fit a group) and those left for later.
-        A prompt whose new ids begin like another's in the pass waits, to be computed on the
-        other's cells."""
-        batch: list[list[int]] = []
+    ) -> tuple[list[Branch], list[list[int]]]:
+        """The branches of the next pass (their new rows fit a group) and the prompts left for
+        later. A prompt whose new ids begin like another's in the pass waits, to be computed on
+        the other's cells."""
+        batch: list[Branch] = []
         later: list[list[int]] = []
         rows = 0
         starts: set[tuple[int, int, int]] = set()
@@ -137,22 +140,18 @@ class GgmlLookAheads(PromptsAhead):
             start = (seq, shared, tail[shared])
             free = len(ahead.leaves) + len(batch) < len(LEAVES)
             if rows + new <= GROUP and start not in starts and free:
-                batch.append(ids)
+                batch.append((tail, seq, shared))
                 starts.add(start)
                 rows += new
             else:
                 later.append(ids)
         return batch, later
 
-    def _compute(
-        self, ahead: GgmlLookAhead, batch: list[list[int]], stop: StopSignal | None
-    ) -> int:
+    def _compute(self, ahead: GgmlLookAhead, batch: list[Branch], stop: StopSignal | None) -> int:
         """One padded pass with the new rows of ``batch``, each prompt under a leaf of its own
         that first shares the cells its beginning is spelled by."""
         nodes, ends, leaves = [], [], []
-        for ids in batch:
-            tail = tuple(ids[ahead.root :])
-            seq, shared = self._base(ahead, tail)
+        for tail, seq, shared in batch:
             leaf = next(s for s in LEAVES if s not in ahead.leaves and s not in leaves)
             self.llama.share(seq, leaf, -1, ahead.root + shared)
             leaves.append(leaf)
@@ -167,8 +166,7 @@ class GgmlLookAheads(PromptsAhead):
             for leaf in leaves:  # the pass's cells were dropped, not the sharing
                 self.llama.remove(leaf)
             raise
-        for ids, leaf, end in zip(batch, leaves, ends, strict=True):
-            tail = tuple(ids[ahead.root :])
+        for (tail, _, _), leaf, end in zip(batch, leaves, ends, strict=True):
             ahead.branches[tail] = leaf
             ahead.logits[tail] = torch.from_numpy(logits[end])
         ahead.leaves += leaves
