@@ -13,9 +13,11 @@ stats. What an implementation must keep:
 * ``stop`` set from another thread ends generation soon, with ``stop_reason == "cancelled"``;
 * ``prefill_rate`` (prompt tokens per second, None when unknown) sizes prompt windows by time.
 
-Warm-ups and look-ahead (``Engine.warm``, ``Engine.look_ahead``) are the local engine's own
-(``Warming``); the worker calls them on it, so a generator without them needs the worker to
-skip warm-ups.
+What differs between generators is said by their capabilities, never found by probing:
+``warming`` is what warms places and looks ahead while nobody waits (``Warming``: the local
+engine; None for a remote one, whose server keeps its own prompt cache), ``uses_corpora``
+whether the workspace's token corpora are drafted from, ``health`` a remote engine's
+reachability (None locally), ``passes_run`` the passes run so far (cancel checks count them).
 """
 
 from __future__ import annotations
@@ -28,8 +30,32 @@ import torch
 from .engine import Generation, GenerationParams, StopRule, StopSignal
 
 
+
+class Reachability(Protocol):
+    """A remote engine's reachability (``remote/health.py``): who is told when it changes."""
+
+    listeners: list[Callable[[str, str], None]]  # (state, message)
+
+
 class Generator(Protocol):
-    prefill_rate: float | None
+    @property
+    def prefill_rate(self) -> float | None: ...
+
+    @property
+    def label(self) -> str:
+        """What decodes, for status lines ("local", or a remote engine's hosts and model)."""
+        ...
+
+    @property
+    def warming(self) -> Warming | None: ...
+
+    @property
+    def uses_corpora(self) -> bool: ...
+
+    @property
+    def health(self) -> Reachability | None: ...
+
+    def passes_run(self) -> int: ...
 
     def generate(
         self,

@@ -14,6 +14,9 @@ from typing import Any
 
 from . import draft_verdict
 from .engine import CachedModel, Engine, SpeculationPolicy
+from .engine.backend import TargetBackend
+from .engine.policy import MAX_NODES
+from .generator import Generator
 from .memory import return_freed_memory
 from .models import (
     ModelError,
@@ -37,7 +40,7 @@ class LoadedPair:
     """Everything needed to complete code with one model pair."""
 
     manifest: PairManifest
-    engine: Engine
+    engine: Generator
     tokenizer: Any
     device: str
     dtype: str
@@ -49,9 +52,16 @@ class LoadedPair:
 
     @property
     def model_label(self) -> str:
-        if self.device == "remote":
-            return self.engine.label  # type: ignore[attr-defined]  (hosts and model name)
-        return self.manifest.target.label
+        if isinstance(self.engine, Engine):
+            return self.manifest.target.label
+        return self.engine.label  # (a remote engine: its hosts and model name)
+
+    @property
+    def local(self) -> Engine:
+        """The local engine (the bench and the benchmarks measure it); one line otherwise."""
+        if not isinstance(self.engine, Engine):
+            raise ModelError(f"this needs the local engine, not {self.engine.label}")
+        return self.engine
 
 
 def token_id(tokenizer: Any, text: str) -> int:
@@ -60,6 +70,49 @@ def token_id(tokenizer: Any, text: str) -> int:
     if tid is None or tid == tokenizer.unk_token_id:
         raise ModelError(f"the tokenizer has no token {text!r}")
     return int(tid)
+
+
+def stop_ids_of(tokenizer: Any, manifest: PairManifest) -> set[int]:
+    """The ids that end a completion: the manifest's stop tokens and the tokenizer's EOS."""
+    stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
+    if tokenizer.eos_token_id is not None:
+        stop_ids.add(int(tokenizer.eos_token_id))
+    return stop_ids
+
+
+def build_engine(
+    target: TargetBackend,
+    draft: TargetBackend | None,
+    stop_ids: set[int],
+    draft_mode: str,
+    verdict: Path,
+    skipped: str | None,
+) -> Engine:
+    """The engine over a loaded target (and draft), calibrated on this machine, for every
+    backend alike. ``verdict``: where a released draft's verdict is kept for later starts;
+    ``skipped``: why an earlier start's verdict kept the draft from being loaded."""
+    if draft is not None and draft.vocab_size > target.vocab_size:
+        raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
+    policy = SpeculationPolicy(
+        max_nodes=min(MAX_NODES, target.max_pass_rows - 1),
+        draft_mode=draft_mode if draft is not None else "off",
+    )
+    engine = Engine(target, draft, stop_ids=stop_ids, policy=policy)
+    del target, draft  # the engine holds what it keeps (it may release the draft)
+    if draft_mode == "auto":  # released now or after some requests: later starts skip it
+        engine.draft_life.on_released = functools.partial(draft_verdict.remember, verdict)
+    engine.calibrate()
+    return_freed_memory(collect=True)  # what loading freed (a released draft among it)
+    if skipped:
+        engine.draft_life.note = (
+            f"draft not loaded: an earlier start measured that {skipped} (--draft on loads it)"
+        )
+    return engine
+
+
+def _draft_skipped(verdict: Path, use_draft: bool, draft_mode: str) -> str | None:
+    """Why an earlier start's verdict says not to load the draft (None: load it)."""
+    return draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
 
 
 BACKENDS = ("auto", "ggml", "torch")
@@ -87,7 +140,7 @@ def load_pair(
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
     verdict = draft_verdict.verdict_file(manifest, device, mode)
-    skipped = draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
+    skipped = _draft_skipped(verdict, use_draft, draft_mode)
     if use_draft and manifest.draft is not None and skipped is None:
         sources.append(manifest.draft)
     folders = [prepared_folder(manifest, src, mode, progress) for src in sources]
@@ -103,29 +156,20 @@ def load_pair(
     del loaded  # it holds the models too: the draft must go when the engine releases it
     target, draft = models[0], (models[1] if len(models) > 1 else None)
     context_tokens = int(getattr(target.config, "max_position_embeddings", 0) or 32768)
-    if draft is not None and draft.config.vocab_size > target.config.vocab_size:
-        raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
     load_s = time.perf_counter() - t0
-    stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
-    if tokenizer.eos_token_id is not None:
-        stop_ids.add(int(tokenizer.eos_token_id))
-    policy = SpeculationPolicy(draft_mode=draft_mode if draft is not None else "off")
-    engine = Engine(
-        CachedModel(target),
-        CachedModel(draft) if draft is not None else None,
-        stop_ids=stop_ids,
-        policy=policy,
-    )
+    stop_ids = stop_ids_of(tokenizer, manifest)
+    backends = [CachedModel(model) for model in models]
     del models, target, draft  # the engine holds what it keeps (it may release the draft)
-    if draft_mode == "auto":  # released now or after some requests: later starts skip it
-        engine.on_draft_released = functools.partial(draft_verdict.remember, verdict)
-    engine.calibrate()
-    return_freed_memory(collect=True)  # what loading freed (a released draft among it)
-    if skipped:
-        engine.draft_note = (
-            f"draft not loaded: an earlier start measured that {skipped} (--draft on loads it)"
-        )
-    notes = [n for n in ("; ".join(summaries), engine.draft_note) if n]
+    engine = build_engine(
+        backends[0],
+        backends[1] if len(backends) > 1 else None,
+        stop_ids,
+        draft_mode,
+        verdict,
+        skipped,
+    )
+    del backends
+    notes = [n for n in ("; ".join(summaries), engine.draft_life.note) if n]
     return LoadedPair(
         manifest=manifest,
         engine=engine,
@@ -155,7 +199,7 @@ def load_remote_pair(
     engine = RemoteEngine(config, tokenizer)
     return LoadedPair(
         manifest=manifest,
-        engine=engine,  # type: ignore[arg-type]  (the generator seam: generator.py)
+        engine=engine,
         tokenizer=tokenizer,
         device="remote",
         dtype="",
@@ -255,7 +299,7 @@ def load_ggml_pair(
     from .models import gguf_file, tokenizer_folder
 
     verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml")
-    skipped = draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
+    skipped = _draft_skipped(verdict, use_draft, draft_mode)
     with_draft = use_draft and manifest.draft is not None and skipped is None
     paths = [gguf_file(manifest.target, manifest.install_hint)]
     if with_draft:
@@ -272,26 +316,11 @@ def load_ggml_pair(
             "CPU, so speculation would not be exact: use --backend torch"
         )
     draft = GgmlModel(str(paths[1]), padded=False) if with_draft else None
-    if draft is not None and draft.vocab_size > target.vocab_size:
-        raise ModelError("the draft's vocabulary is larger than the target's: not a pair")
-    stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
-    if tokenizer.eos_token_id is not None:
-        stop_ids.add(int(tokenizer.eos_token_id))
-    policy = SpeculationPolicy(
-        max_nodes=target.max_pass_rows - 1, draft_mode=draft_mode if draft else "off"
-    )
-    engine = Engine(target, draft, stop_ids=stop_ids, policy=policy)
-    del target, draft
-    if draft_mode == "auto":
-        engine.on_draft_released = functools.partial(draft_verdict.remember, verdict)
+    rows, text_tokens = target.max_pass_rows, min(m.text_tokens for m in (target, draft) if m)
     load_s = time.perf_counter() - t0
-    engine.calibrate()
-    return_freed_memory(collect=True)
-    if skipped:
-        engine.draft_note = (
-            f"draft not loaded: an earlier start measured that {skipped} (--draft on loads it)"
-        )
-    rows = engine.target.max_pass_rows  # type: ignore[attr-defined]
+    stop_ids = stop_ids_of(tokenizer, manifest)
+    engine = build_engine(target, draft, stop_ids, draft_mode, verdict, skipped)
+    del target, draft
     label = f"ggml (llama.cpp's kernels, passes of {rows} rows)"
     return LoadedPair(
         manifest=manifest,
@@ -301,11 +330,7 @@ def load_ggml_pair(
         dtype="gguf",
         load_s=load_s,
         stop_ids=stop_ids,
-        quantization="; ".join(n for n in (label, engine.draft_note) if n),
-        context_tokens=min(
-            model.text_tokens  # type: ignore[attr-defined]
-            for model in (engine.target, engine.drafter.model if engine.drafter else None)
-            if model is not None
-        ),
+        quantization="; ".join(n for n in (label, engine.draft_life.note) if n),
+        context_tokens=text_tokens,
         backend="ggml",
     )

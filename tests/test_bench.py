@@ -15,6 +15,7 @@ import pytest
 
 from codespec.bench import corpus, report, sources
 from codespec.bench.runner import MAX_ROUNDS, ROUND_TOKENS, quality, rounds_for
+from codespec.engine.proposers import NGRAM
 from codespec.languages import LANGUAGES
 
 LUA = """local M = {}
@@ -513,7 +514,7 @@ def test_every_round_starts_from_the_policy_state_of_the_first(
     assert all(state == seen[0] for state in seen)
     assert pair.engine.policy.costs.passes > seen[0][0]  # what the first round taught it stays
     assert pair.engine.policy.acceptance.context == "line"  # a rest-of-line completion's context
-    assert all(context == "line" for context, _, _ in pair.engine.policy.acceptance.ngram)
+    assert all(context == "line" for context, _, _ in pair.engine.policy.acceptance.spans[NGRAM])
     assert row["exact"]
 
 

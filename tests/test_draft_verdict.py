@@ -43,7 +43,7 @@ def test_a_released_draft_is_not_loaded_at_the_next_start(pair_with_draft, monke
     # what is kept is the measured ratio, as a number (the note is made from it)
     path = runtime.draft_verdict.verdict_file(first.manifest, first.device, "auto")
     ratio = json.loads(path.read_text())[runtime.draft_verdict.machine_fingerprint()]
-    assert ratio == round(first.engine.draft_step_ratio, 3) and ratio > 0
+    assert ratio == round(first.engine.draft_life.step_ratio, 3) and ratio > 0
     loaded.clear()
     second = load(manifest)
     assert len(loaded) == 1 and second.engine.drafter is None
@@ -112,8 +112,8 @@ def test_a_draft_kept_at_load_goes_once_real_passes_show_it_cannot_pay(
         list(engine.generate(prompt, GenerationParams(max_tokens=4, use_ngram=False)))
         prompt = prompt + [prompt[-1]]
     assert engine.drafter is None and engine.policy.draft_mode == "off"
-    assert engine.draft_note.startswith("draft released: a step costs")
-    assert engine.draft_step_ratio > 1  # the running costs' ratio (passes moved it from 10)
+    assert engine.draft_life.note.startswith("draft released: a step costs")
+    assert engine.draft_life.step_ratio > 1  # the running costs' ratio (passes moved it from 10)
     # still generates, without it
     assert list(engine.generate(prompt, GenerationParams(max_tokens=4)))
     loaded.clear()

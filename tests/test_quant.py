@@ -301,7 +301,7 @@ def test_speculative_equals_plain_on_a_quantized_bf16_model(prompt):
     )
     engine.calibrate()
     # the int4 kernel computes every row alone: no padding row is needed for exactness
-    assert engine.pad_single_row is False
+    assert engine.calibration.pad_single_row is False
     engine.policy = SpeculationPolicy(draft_mode="off")  # unmeasured: verify all it is offered
     spec = engine.generate(prompt, GenerationParams(max_tokens=40)).run()
     plain = engine.generate(prompt, GenerationParams(max_tokens=40, speculate=False))
@@ -326,7 +326,7 @@ def test_speculative_equals_plain_with_int8_activations(prompt):
         ngram=NgramProposer(min_ngram=1, branches=3),
     )
     engine.calibrate()
-    assert engine.pad_single_row is False  # integer sums: a row is the same in any pass
+    assert engine.calibration.pad_single_row is False  # integer sums: a row is the same in any pass
     engine.policy = SpeculationPolicy(draft_mode="off")
     spec = engine.generate(prompt, GenerationParams(max_tokens=40)).run()
     plain = engine.generate(prompt, GenerationParams(max_tokens=40, speculate=False)).run()

@@ -11,7 +11,7 @@ import torch
 
 from codespec import machine
 from codespec.engine import GenerationParams, SpeculationPolicy
-from codespec.engine.request import PROPOSERS
+from codespec.engine.proposers import SOURCES
 from codespec.prompt import FimRequest, build_fim_prompt, split_at
 
 pytestmark = pytest.mark.real_model
@@ -94,17 +94,17 @@ def test_one_thread_gives_the_tokens_two_threads_give(pair):
     prefilled on two threads and continued on one, or computed on one throughout, completes
     as plain greedy on two did."""
     prompt = fim(pair, REAL_CODE + "    ")
-    engine, free = pair.engine, pair.engine.threads
+    engine, free = pair.engine, pair.engine.free_threads
     try:
-        engine.threads = lambda: 2
+        engine.free_threads = lambda: 2
         engine.target.reset()
         expected = run(pair, prompt, max_tokens=16, speculate=False).tokens
-        engine.threads = lambda: 1
+        engine.free_threads = lambda: 1
         assert run(pair, prompt, max_tokens=16).tokens == expected
         engine.target.reset()
         assert run(pair, prompt, max_tokens=16, speculate=False).tokens == expected
     finally:
-        engine.threads = free
+        engine.free_threads = free
         torch.set_num_threads(machine.usable_cores())
 
 
@@ -178,7 +178,7 @@ def test_cli_complete_json(tmp_path):
     report = json.loads(result.stdout)
     for key in ("completion", "tokens", "target_passes", "ttft_ms", "total_ms", "device", "model"):
         assert key in report
-    assert set(report["proposed"]) == set(PROPOSERS) == set(report["accepted"])
+    assert set(report["proposed"]) == set(SOURCES) == set(report["accepted"])
     assert 0 < report["tokens"] <= 12 and report["device"] == "cpu"
     prefix, _ = split_at(source.read_text(), line - 1, 8)
     assert prefix.endswith("        ")
@@ -245,7 +245,7 @@ def test_the_ggml_backend_is_exact_on_the_embedded_gguf():
     from codespec.runtime import load_pair
 
     ggml = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
-    assert ggml.backend == "ggml" and not ggml.engine.pad_single_row
+    assert ggml.backend == "ggml" and not ggml.engine.calibration.pad_single_row
     with flat_pass_costs(ggml):
         for text in (REAL_CODE + "        ", COPY_HEAVY):
             prompt = fim(ggml, text)

@@ -257,7 +257,7 @@ def test_a_prompt_a_few_lines_below_the_last_one_shares_its_window(tiny_manifest
     from codespec.runtime import load_pair
 
     pair = load_pair(str(tiny_manifest), progress=lambda m: None)
-    pair.engine.prefill_rate = 60.0  # 2.5 s: 150 tokens, 90 of them prefix (floor 96)
+    pair.engine.calibration.prefill_rate = 60.0  # 2.5 s: 150 tokens, 90 of them prefix (floor 96)
     options = CompletionOptions(prompt_seconds=2.5)
     text = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(80))
     lines = text.splitlines(keepends=True)

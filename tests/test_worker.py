@@ -56,7 +56,7 @@ def slow_w8a8_pair(tiny_manifest, layers_ran):
 
 
 def slowed(pair):
-    pair.engine.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
+    pair.engine.calibration.prefill_rate = 100_000.0  # a warm-up's whole prompt goes in one chunk
     assert pair.engine.target._lean()  # its passes run decoder.decoder_layer, layer by layer
     return pair
 
@@ -231,7 +231,9 @@ def likely_chars(pair, shown: str) -> list[str]:
     """The characters the look-ahead computes after the last request (``lookahead.py``)."""
     from codespec.lookahead import likely_next_chars
 
-    return likely_next_chars(pair.tokenizer, pair.engine.prompt_logits[1], 4, skip=shown[:1])
+    return likely_next_chars(
+        pair.tokenizer, pair.engine.warm_ups.prompt_logits[1], 4, skip=shown[:1]
+    )
 
 
 def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_without_a_pass(
@@ -241,7 +243,7 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     request after one of them starts from its logits (its first token needs no pass), and gets
     the completion it gets without look-ahead."""
     pair, ran = slow_w8a8_pair
-    assert not pair.engine.pad_single_row  # quantized: one-row passes are exact
+    assert not pair.engine.calibration.pad_single_row  # quantized: one-row passes are exact
     anchors: dict = {}
     first = ahead_worker.submit(
         Job(**place("file:///l.py", BODY, 60, anchors=anchors, options=AHEAD))
@@ -296,4 +298,4 @@ def test_no_look_ahead_when_it_is_off(slow_w8a8_pair, ahead_worker):
     job = Job(**place("file:///n.py", BODY, 60, anchors={}))  # look_ahead_keys=0
     assert ahead_worker.submit(job).result(timeout=60) is not None
     time.sleep(1.0)
-    assert ahead_worker.stats.looked_ahead == 0 and pair.engine.target.ahead is None
+    assert ahead_worker.stats.looked_ahead == 0 and not pair.engine.target.looking_ahead

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
     log(
         f"{machine.cpu_kind()}: {pair.quantization}; "
         f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
-        f"one-row passes exact: {not pair.engine.pad_single_row}"
+        f"one-row passes exact: {not pair.engine.calibration.pad_single_row}"
     )
     settings = BenchSettings(max_tokens=max_tokens)
     if args.prompt_seconds is not None:
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
             device=pair.device,
             dtype=pair.dtype,
             quantization=pair.quantization,
-            one_row_exact=not pair.engine.pad_single_row,
+            one_row_exact=not pair.engine.calibration.pad_single_row,
             prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
             torch=torch.__version__,

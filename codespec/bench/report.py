@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.request import PROPOSERS
+from ..engine.proposers import SOURCES
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -71,8 +71,8 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
     plain_tokens = sum(r["plain"]["tokens"] for r in rows)
     spec_s = sum(r["spec"]["total_ms"] for r in rows) / 1000
     plain_s = sum(r["plain"]["total_ms"] for r in rows) / 1000
-    proposed = {k: sum(r["spec"]["proposed"].get(k, 0) for r in rows) for k in PROPOSERS}
-    accepted = {k: sum(r["spec"]["accepted"].get(k, 0) for r in rows) for k in PROPOSERS}
+    proposed = {k: sum(r["spec"]["proposed"].get(k, 0) for r in rows) for k in SOURCES}
+    accepted = {k: sum(r["spec"]["accepted"].get(k, 0) for r in rows) for k in SOURCES}
     ratios = [
         rate(r["spec"]) / rate(r["plain"])
         for r in rows
@@ -110,7 +110,7 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
         tokens=spec_tokens,
         proposed=proposed,
         accepted=accepted,
-        acceptance={k: accepted[k] / proposed[k] if proposed[k] else None for k in PROPOSERS},
+        acceptance={k: accepted[k] / proposed[k] if proposed[k] else None for k in SOURCES},
         draft_passes=sum(run_col("spec", "draft_passes")),
         draft_decisions={
             k: sum(r["draft_decisions"].get(k, 0) for r in rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .ngram import SINGLE, SPLIT, UNANIMOUS
+from .proposers import LOOKUP_SOURCES, NGRAM
 
 EVIDENCE_BUCKETS = (1, 2, 3, 5, 8)  # n-gram match lengths: 1, 2, 3-4, 5-7, 8+
 NGRAM_PRIOR = 0.35  # n-gram acceptance before any is measured, for a span of unknown support
@@ -35,7 +36,6 @@ NGRAM_FIRST_PRIOR = {
     (5, UNANIMOUS): 0.95,
 }
 NGRAM_THEN_PRIOR = {1: 0.6, 2: 0.75, 3: 0.8, 5: 0.9, 8: 0.9}
-LOOKUP_SOURCES = ("ngram", "workspace")  # proposers that look spans up (ngram.py, corpus.py)
 REQUEST_WEIGHT = 3.0  # the long-run rate counts as this many observations of this request
 
 
@@ -136,7 +136,6 @@ class AcceptanceBook:
         self.spans: dict[str, dict[tuple[str, int, str], SpanAcceptance]] = {
             source: {} for source in LOOKUP_SOURCES
         }
-        self.ngram = self.spans["ngram"]
         self.context = ""  # the current request's (``begin_request``)
         self.request: dict[str, SpanAcceptance] = {}  # what this request's spans did, by source
         self.draft = Acceptance(prior=draft_prior)
@@ -159,8 +158,8 @@ class AcceptanceBook:
             kinds[key] = SpanAcceptance(first, then)
         return kinds[key]
 
-    def observe_ngram(
-        self, evidence: int, proposed: int, accepted: int, support: str = "", source: str = "ngram"
+    def observe_span(
+        self, evidence: int, proposed: int, accepted: int, support: str = "", source: str = NGRAM
     ) -> None:
         """A lookup span backed by a match of ``evidence`` tokens whose matches voted
         ``support`` (``ngram.py``; "" for unknown): ``accepted`` of its first ``proposed``
@@ -168,8 +167,8 @@ class AcceptanceBook:
         self._kind(source, evidence, support).add(proposed, accepted)
         self.request.setdefault(source, SpanAcceptance.tally()).add(proposed, accepted)
 
-    def ngram_rates(
-        self, evidence: int, support: str = "", source: str = "ngram"
+    def span_rates(
+        self, evidence: int, support: str = "", source: str = NGRAM
     ) -> tuple[float, float]:
         """Acceptance of such a span's first token, and of each later one given the one before
         it was kept: the long-run rates for such spans, updated by this request's record."""

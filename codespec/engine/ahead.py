@@ -8,15 +8,19 @@ so a row's numbers are those a prefill of that prompt computes (where one-row pa
 which ``calibration.py`` checks).
 
 While a look-ahead stands, the cache holds ``root`` positions of a plain sequence and then the
-tree's nodes, which are no sequence: ``end_look_ahead`` turns it back into one (the branch a
-prompt takes, or the longest one it can use). The cached model's other operations (``crop``,
-``keep``, ``forward``) end a standing look-ahead first, by that name.
+tree's nodes, which are no sequence: ``end`` turns it back into one (the branch a prompt takes,
+or the longest one it can use). The cached model's other operations (``crop``, ``keep``,
+``forward``) end a standing look-ahead first.
+
+``TreeLookAhead`` is the torch backend's (``kvcache.CachedModel`` holds one); it sees the model
+only through ``RowCache``. ``ggml/ahead.py`` is the ggml backend's; both answer ``looked_ahead``
+and ``ahead_logits`` through ``computed_ahead``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import torch
 
@@ -34,34 +38,54 @@ class LookAhead:
     logits: dict[tuple[int, ...], torch.Tensor]  # a prompt's ids past ``root`` -> its logits
 
 
-class PromptsAhead:
-    """What every backend answers alike about a standing look-ahead (``ahead``: its ``root``
-    and ``logits``, a prompt's ids past the root -> the logits after it)."""
+def computed_ahead(
+    cached: list[int], root: int, logits: dict[tuple[int, ...], torch.Tensor], ids: list[int]
+) -> torch.Tensor | None:
+    """The logits after ``ids`` if it is one of the prompts computed ahead past ``root`` of the
+    ``cached`` ids (its prefill is then free), else None. Every backend answers alike."""
+    if cached[:root] != ids[:root]:
+        return None
+    return logits.get(tuple(ids[root:]))
+
+
+class RowCache(Protocol):
+    """What the tree look-ahead needs of the torch backend: the cached ids, cutting them back,
+    keeping a path, and one pass of rows at given positions under a given mask."""
 
     ids: list[int]
-    ahead: Any = None
+
+    def crop(self, n: int) -> None: ...
+
+    def keep(self, n: int, extra: list[int]) -> None: ...
+
+    def run_pass(
+        self,
+        tokens: list[int],
+        mask: torch.Tensor | None,
+        positions: list[int] | None,
+        all_logits: bool,
+        stop: StopSignal | None,
+    ) -> torch.Tensor: ...
+
+
+class TreeLookAhead:
+    """Prompts computed ahead as token trees over a ``RowCache``; ``standing`` is the current
+    look-ahead, if any."""
+
+    def __init__(self, cache: RowCache) -> None:
+        self.cache = cache
+        self.standing: LookAhead | None = None
 
     def looked_ahead(self, ids: list[int]) -> bool:
         """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
-        ahead = self.ahead
-        return (
-            ahead is not None
-            and self.ids[: ahead.root] == ids[: ahead.root]
-            and tuple(ids[ahead.root :]) in ahead.logits
-        )
+        return self.ahead_logits(ids) is not None
 
     def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
         """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
-        if not self.looked_ahead(ids):
+        ahead = self.standing
+        if ahead is None:
             return None
-        return self.ahead.logits[tuple(ids[self.ahead.root :])]
-
-
-class LookAheads(PromptsAhead):
-    """The look-ahead half of ``CachedModel`` (``kvcache.py``): it uses the model's ``ids``,
-    ``crop``, ``keep`` and ``_pass``, and owns ``ahead``."""
-
-    ahead: LookAhead | None = None
+        return computed_ahead(self.cache.ids, ahead.root, ahead.logits, ids)
 
     def look_ahead(
         self,
@@ -84,12 +108,13 @@ class LookAheads(PromptsAhead):
         root (so the likeliest can be ready sooner). ``stop``: see ``forward``; the rows of
         a pass it stops are dropped, those of earlier passes stay.
         """
+        cache = self.cache
         known = dict(known or {})
         wanted = [*prompts, *map(list, known)]
-        ahead, self.ahead = self.ahead, None
-        if ahead is None or any(ids[: ahead.root] != self.ids[: ahead.root] for ids in wanted):
-            self.ahead = ahead
-            self.end_look_ahead()
+        ahead, self.standing = self.standing, None
+        if ahead is None or any(ids[: ahead.root] != cache.ids[: ahead.root] for ids in wanted):
+            self.standing = ahead
+            self.end()
             ahead = self._new_look_ahead(wanted, known)
         root, tree, before = ahead.root, ahead.tree, len(ahead.tree)
         for ids in prompts:
@@ -97,7 +122,7 @@ class LookAheads(PromptsAhead):
                 tree.add(Candidate(ids[root:], "ahead"), max_nodes=len(tree) + len(ids))
         try:
             if len(tree) > before:
-                logits = self._pass(
+                logits = cache.run_pass(
                     tree.tokens[before:],
                     _tree_rows_mask(tree, root, before),
                     [root + tree.depths[i] - 1 for i in range(before, len(tree))],
@@ -115,9 +140,9 @@ class LookAheads(PromptsAhead):
             for ids, row in known.items():  # those the tree spells, or that end at the root
                 if len(_spelled(tree, ids[root:])) == len(ids) - root:
                     ahead.logits.setdefault(tuple(ids[root:]), row)
-            self.ahead = ahead if ahead.logits else None
-            if self.ahead is None:
-                self.crop(root)  # nothing to look ahead at: the cache stays a plain sequence
+            self.standing = ahead if ahead.logits else None
+            if self.standing is None:
+                cache.crop(root)  # nothing to look ahead at: the cache stays a plain sequence
         return len(tree) - before
 
     def _new_look_ahead(
@@ -126,29 +151,32 @@ class LookAheads(PromptsAhead):
         """An empty look-ahead rooted where ``wanted`` and the cache part. A ``known`` prompt
         the cache holds stays cached: its ids past the root become the tree's first nodes (at
         the positions they have), so they are neither dropped nor computed again."""
-        root = min([len(self.ids)] + [common_prefix_len(self.ids, ids) for ids in wanted])
-        held = [ids for ids in known if list(ids) == self.ids[: len(ids)]]
+        cached = self.cache.ids
+        root = min([len(cached)] + [common_prefix_len(cached, ids) for ids in wanted])
+        held = [ids for ids in known if list(ids) == cached[: len(ids)]]
         end = max(map(len, held), default=root)
-        self.crop(end)
+        self.cache.crop(end)
         tree = TokenTree()
         if end > root:
-            tree.add(Candidate(self.ids[root:end], "ahead"), max_nodes=end - root)
+            tree.add(Candidate(self.cache.ids[root:end], "ahead"), max_nodes=end - root)
         return LookAhead(root, tree, {})
 
     def sequence(self) -> list[int]:
         """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
-        return self.ids[: self.ahead.root] if self.ahead is not None else self.ids
+        ids = self.cache.ids
+        return ids[: self.standing.root] if self.standing is not None else ids
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end(self, ids: list[int] | None = None) -> torch.Tensor | None:
         """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed
         ahead (and return its logits), else the longest branch that begins ``ids`` (what a
         prefill of ``ids`` reuses), else just the root. The branch's own descendants computed
         ahead (its likeliest next token, say) stay, as a look-ahead rooted at ``ids``."""
-        ahead, self.ahead = self.ahead, None
+        ahead, self.standing = self.standing, None
         if ahead is None:
             return None
-        if ids is None or self.ids[: ahead.root] != ids[: ahead.root]:
-            self.crop(ahead.root)
+        cache = self.cache
+        if ids is None or cache.ids[: ahead.root] != ids[: ahead.root]:
+            cache.crop(ahead.root)
             return None
         tail = tuple(ids[ahead.root :])
         path = _spelled(ahead.tree, list(tail))
@@ -156,11 +184,11 @@ class LookAheads(PromptsAhead):
         rest = {t[len(tail) :]: row for t, row in ahead.logits.items() if t[: len(tail)] == tail}
         rest.pop((), None)
         if logits is None or not path or not rest:
-            self.keep(ahead.root, [ahead.root + i for i in path])
+            cache.keep(ahead.root, [ahead.root + i for i in path])
             return logits
         below, tree = _subtree(ahead.tree, path[-1])
-        self.keep(ahead.root, [ahead.root + i for i in path + below])
-        self.ahead = LookAhead(len(ids), tree, rest)
+        cache.keep(ahead.root, [ahead.root + i for i in path + below])
+        self.standing = LookAhead(len(ids), tree, rest)
         return logits
 
 

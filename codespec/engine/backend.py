@@ -24,11 +24,16 @@ import torch
 
 from .stop import StopSignal
 
+# ``max_pass_rows`` of a backend whose rows are exact at any width
+NO_ROW_LIMIT = 1 << 30
+
 
 class TargetBackend(Protocol):
     ids: list[int]  # the token ids the current cache holds, in order
     prefill_chunk: int  # tokens per prefill pass (set from the speed measured at load)
     forward_calls: int  # passes run so far (cancel checks count them)
+    # the most rows a decoding pass may have and keep each row's bits (``NO_ROW_LIMIT``: any)
+    max_pass_rows: int
 
     @property
     def vocab_size(self) -> int: ...
@@ -75,6 +80,11 @@ class TargetBackend(Protocol):
     def reset(self) -> None: ...
 
     # Look-ahead trees (``ahead.py``): prompts computed ahead, whose prefill is then free.
+    @property
+    def looking_ahead(self) -> bool:
+        """Whether a look-ahead stands (the cache is more than a plain sequence)."""
+        ...
+
     def sequence(self) -> list[int]:
         """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
         ...

@@ -14,13 +14,17 @@ back, and the daemon is told the step's price so that later starts need not load
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..memory import return_freed_memory
 from .backend import TargetBackend
 from .policy import SpeculationPolicy
 from .timing import pass_seconds, prefill_seconds
+
+if TYPE_CHECKING:
+    from .draft import DraftProposer
 
 # Seconds of prefill per chunk (by the speed measured at load). Larger chunks prefill faster and
 # cost a request little: a cancel for a request at the same place lets the chunk finish (the new
@@ -50,62 +54,69 @@ def one_row_is_exact(model: TargetBackend, ids: list[int]) -> bool:
     return all(torch.equal(rows[0], r) for r in rows[1:])
 
 
-class Calibrated:
-    """What ``calibrate`` measured and what the draft's life decided (part of ``Engine``)."""
+@dataclass
+class Calibration:
+    """What ``measure`` found on this machine at load: the loop, the warm-ups and the policy
+    read it."""
 
-    target: TargetBackend
-    policy: SpeculationPolicy
-    drafter: object | None
+    pad_single_row: bool = True  # until measured: one-row passes may round differently
+    prefill_rate: float | None = None  # prompt tokens per second
 
-    def _init_calibration(self) -> None:
-        self.pad_single_row = True  # until calibrate() has checked that one-row passes are exact
-        self.prefill_rate: float | None = None  # prompt tokens per second, measured at load
-        self.draft_note = ""  # why the draft was released, if it was
-        self.draft_step_ratio: float | None = None  # draft step / target pass, when released
-        # told the ratio when the draft is released (the daemon remembers it for later starts)
-        self.on_draft_released: Callable[[float], None] | None = None
-
-    def calibrate(self, context_len: int = 16) -> None:
-        """Measure at load, on a short dummy context (both caches are cleared after):
+    def measure(
+        self,
+        target: TargetBackend,
+        policy: SpeculationPolicy,
+        drafter: DraftProposer | None,
+        context_len: int = 16,
+    ) -> None:
+        """Measure at load, on a short dummy context (the caches are cleared after):
 
         * whether one-row passes are exact (then plain decoding needs no padding row, see
           ``loop.Engine._verify``);
         * the prefill speed, which sizes prefill chunks and time-sized prompt windows;
-        * the cost of target passes of widths 1, 2, 4 and 8, and of a draft step.
+        * the cost of target passes of widths 1, 2, 4 and 8, and of a draft step (the
+          policy's prices).
         """
-        vocab = self.target.vocab_size
+        vocab = target.vocab_size
         ids = [(7 * i + 100) % vocab for i in range(context_len)]
-        self.pad_single_row = not one_row_is_exact(self.target, ids)
+        self.pad_single_row = not one_row_is_exact(target, ids)
         chunk = [(11 * i + 50) % vocab for i in range(64)]
-        self.prefill_rate = len(chunk) / prefill_seconds(self.target, ids, chunk)
-        self.target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
+        self.prefill_rate = len(chunk) / prefill_seconds(target, ids, chunk)
+        target.prefill_chunk = max(16, min(256, int(self.prefill_rate * PREFILL_CHUNK_S)))
         for width in CALIBRATION_WIDTHS:
             rows = 2 if width == 1 and self.pad_single_row else width
-            self.policy.costs.observe_pass(width, pass_seconds(self.target, ids, ids[:rows]))
-        if self.drafter is not None:
-            self.policy.costs.draft_step_s.add(self.drafter.step_seconds(ids))
-            if self.policy.draft_mode == "auto" and not self.policy.draft_can_pay():
-                self.release_draft()
+            policy.costs.observe_pass(width, pass_seconds(target, ids, ids[:rows]))
+        if drafter is not None:
+            policy.costs.draft_step_s.add(drafter.step_seconds(ids))
 
-    def release_draft(self) -> None:
-        """Drop the draft model (its memory goes with it): on this machine its step costs too
-        much of a target pass for it to pay even at a good acceptance rate."""
+
+@dataclass
+class DraftLife:
+    """Whether the draft model is worth keeping, judged on the policy's prices: at load, and
+    again once ``DRAFT_RECHECK_PASSES`` real passes have measured them. The engine drops the
+    draft when ``judge`` says so; this records why, and tells whoever listens (the daemon
+    remembers the verdict for later starts: ``draft_verdict.py``)."""
+
+    policy: SpeculationPolicy
+    note: str = ""  # why the draft was released or never loaded, if it was
+    step_ratio: float | None = None  # draft step / target pass, when released
+    on_released: Callable[[float], None] | None = None
+
+    def cannot_pay(self, running: bool) -> bool:
+        """Whether the draft should go: in ``auto`` mode, when its measured step costs too
+        much of a target pass for it to pay even at a good acceptance rate (``running``: judge
+        only once enough real passes have been measured)."""
+        if self.policy.draft_mode != "auto":
+            return False
+        if running and self.policy.costs.passes < DRAFT_RECHECK_PASSES:
+            return False
+        return not self.policy.draft_can_pay()
+
+    def released(self) -> None:
+        """The draft was dropped: say why, turn drafting off, tell the listener."""
         ratio = self.policy.costs.draft_step_s.value / self.policy.costs.price(1)
-        self.draft_step_ratio = ratio
-        self.draft_note = f"draft released: {draft_cost_note(ratio)}"
-        self.drafter = None
+        self.step_ratio = ratio
+        self.note = f"draft released: {draft_cost_note(ratio)}"
         self.policy.turn_draft_off()
-        if self.on_draft_released is not None:
-            self.on_draft_released(ratio)
-
-    def reconsider_draft(self) -> bool:
-        """Release the draft if the costs measured in real requests say it cannot pay (once
-        ``DRAFT_RECHECK_PASSES`` passes have been measured). Returns whether it was released
-        now."""
-        if self.drafter is None or self.policy.draft_mode != "auto":
-            return False
-        if self.policy.costs.passes < DRAFT_RECHECK_PASSES or self.policy.draft_can_pay():
-            return False
-        self.release_draft()
-        return_freed_memory(collect=True)
-        return True
+        if self.on_released is not None:
+            self.on_released(ratio)

@@ -25,12 +25,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .ngram import adapted_span, vote
-from .proposers import Proposals, Sampling
+from .proposers import WORKSPACE, Kind, Proposals, Sampling
 from .tree import Candidate
+
+if TYPE_CHECKING:
+    from .request import GenerationParams
 
 KEY_BITS = 21  # bits per token id in a 3-gram key: vocabularies up to 2M ids
 GRAM = 3  # tokens a key holds: the shortest match the corpus proposes from
@@ -186,7 +190,8 @@ class CorpusProposer:
     """Lookup in token corpora (``proposers.Proposer``): the request's workspace and the
     user's accepted completions. Free like prompt lookup: no model runs."""
 
-    name = "workspace"
+    name = WORKSPACE
+    kind = Kind.LOOKUP
 
     def __init__(self, span: int = 10, max_span: int = 32, branches: int = 3) -> None:
         self.span = span
@@ -194,9 +199,18 @@ class CorpusProposer:
         self.branches = branches
         self.corpora: tuple[TokenCorpus, ...] = ()
 
-    def use(self, corpora: tuple[TokenCorpus, ...]) -> None:
-        """The corpora the coming request may draft from."""
-        self.corpora = corpora
+    def begin(self, params: GenerationParams) -> bool:
+        """The corpora the coming request may draft from (none: nothing to propose)."""
+        self.corpora = params.corpora
+        return bool(self.corpora)
+
+    def context(
+        self, prompt: list[int], generated: list[int], params: GenerationParams
+    ) -> list[int]:
+        """The corpora hold code as written, so they are searched for the text before the
+        cursor and what follows it, without the FIM prompt's suffix in between."""
+        start, end = params.not_before_cursor or (len(prompt), len(prompt))
+        return prompt[max(0, start - 64) : start] + prompt[end:] + generated
 
     def propose(
         self, context: list[int], budget: int, sampling: Sampling | None = None

@@ -12,14 +12,19 @@ verifier can apply the rejection rule.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .backend import TargetBackend
-from .proposers import Proposals, Sampling
+from .proposers import DRAFT, Kind, Proposals, Sampling
 from .slots import common_prefix_len
 from .timing import pass_seconds, timed
 from .tree import Candidate
 from .verify import logits_to_probs, sample
+
+if TYPE_CHECKING:
+    from .request import GenerationParams
 
 # A catch-up prefill of at most this many tokens (those accepted since the last call) counts as
 # a draft step in the step costs; a longer one is a cold prefill, which the price of a step
@@ -30,12 +35,21 @@ CATCH_UP_STEP = 16
 class DraftProposer:
     """Small-model proposer (``proposers.Proposer``)."""
 
-    name = "draft"
+    name = DRAFT
+    kind = Kind.DRAFT
 
     def __init__(self, model: TargetBackend, threshold: float = 0.6, max_len: int = 8) -> None:
         self.model = model
         self.threshold = threshold
         self.max_len = max_len
+
+    def begin(self, params: GenerationParams) -> bool:
+        return params.use_draft
+
+    def context(
+        self, prompt: list[int], generated: list[int], params: GenerationParams
+    ) -> list[int]:
+        return prompt + generated
 
     def propose(self, context: list[int], budget: int, sampling: Sampling) -> Proposals:
         """Draft up to ``min(budget, max_len)`` tokens that continue ``context``."""

@@ -32,16 +32,19 @@ from collections.abc import Callable, Iterator
 import torch
 
 from . import decoder
-from .ahead import LookAheads
+from .ahead import TreeLookAhead
 from .attention import CHAIN, use_rowwise_attention
 from .attention import NAME as ATTENTION_NAME
+from .backend import NO_ROW_LIMIT
 from .buffers import cache_bytes, fork, growing
 from .slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
 from .stop import Cancelled, StopSignal
 
 
-class CachedModel(LookAheads):
+class CachedModel:
     """One resident model and its reusable KV cache (batch size 1)."""
+
+    max_pass_rows = NO_ROW_LIMIT  # row-wise attention keeps any width exact
 
     def __init__(
         self,
@@ -62,7 +65,7 @@ class CachedModel(LookAheads):
         self.forward_calls = 0
         self.decoder_layers = _decoder_layers(model)  # where a stopped pass can stop
         self.lean_decoder = decoder.supports(model)  # see _lean
-        self.ahead = None  # prompts computed ahead (``ahead.py``)
+        self.ahead = TreeLookAhead(self)  # prompts computed ahead (``ahead.py``)
 
     @property
     def vocab_size(self) -> int:
@@ -81,6 +84,32 @@ class CachedModel(LookAheads):
         """Run the next passes on ``n`` threads (torch's are per process: the draft's too)."""
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
+
+    # -- look-ahead (``ahead.py``) -----------------------------------------------------------
+
+    @property
+    def looking_ahead(self) -> bool:
+        return self.ahead.standing is not None
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int:
+        return self.ahead.look_ahead(prompts, known, stop)
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        return self.ahead.looked_ahead(ids)
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        return self.ahead.ahead_logits(ids)
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        return self.ahead.end(ids)
+
+    def sequence(self) -> list[int]:
+        return self.ahead.sequence()
 
     # -- cache edits (each ends a standing look-ahead first) ---------------------------------
 
@@ -119,7 +148,7 @@ class CachedModel(LookAheads):
 
     def reset(self) -> None:
         """Forget everything cached, in every slot."""
-        self.ahead = None
+        self.ahead.standing = None
         self.cache = self._new_cache()
         self.ids = []
         self.pool.clear()
@@ -165,10 +194,10 @@ class CachedModel(LookAheads):
             mask = torch.ones(len(tokens), past + len(tokens), dtype=torch.bool)
             mask[:, past:] = tree_mask
             positions = [past + d for d in depths]
-        return self._pass(tokens, mask, positions, all_logits, stop)
+        return self.run_pass(tokens, mask, positions, all_logits, stop)
 
     @torch.inference_mode()
-    def _pass(
+    def run_pass(
         self,
         tokens: list[int],
         mask: torch.Tensor | None,  # (q, past + q) bool: what each new token sees; None: causal
@@ -260,7 +289,7 @@ class CachedModel(LookAheads):
             if stop is not None and stop.at_chunk_end():
                 raise Cancelled()
             rows = ids[start : start + step]
-            logits = self._pass(rows, None, None, False, stop, prefill_rows=len(rows))
+            logits = self.run_pass(rows, None, None, False, stop, prefill_rows=len(rows))
         assert logits is not None
         return logits[-1], reuse, len(ids) - reuse
 

@@ -15,8 +15,9 @@ one bonus token of the target's own. Plain decoding (``speculate=False``) is the
 an empty tree: one token per pass, same kernels, same cache. That is what "greedy output is
 token-identical to plain decoding" is tested against.
 
-The engine's life around requests lives beside it: calibration and the draft's life in
-``calibration.py``, warm-ups and look-ahead in ``warmup.py``.
+The engine is composed of small parts, each in a module of its own: the proposers it loops
+over (``proposers.py``), the policy (``policy.py``), what calibration measured and the draft's
+life (``calibration.py``), warm-ups and look-ahead (``warmup.py``).
 """
 
 from __future__ import annotations
@@ -30,14 +31,25 @@ from dataclasses import dataclass, field
 import torch
 
 from ..machine import FreeCores
-from .acceptance import LOOKUP_SOURCES, kept_moments
+from ..memory import return_freed_memory
+from .acceptance import kept_moments
 from .backend import TargetBackend
-from .calibration import Calibrated
+from .calibration import PREFILL_CHUNK_S, Calibration, DraftLife
 from .corpus import CorpusProposer
 from .draft import DraftProposer
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
-from .proposers import Proposals, Sampling
+from .proposers import (
+    DRAFT,
+    LOOKUP_SOURCES,
+    NGRAM,
+    SOURCES,
+    WORKSPACE,
+    Kind,
+    Proposals,
+    Proposer,
+    Sampling,
+)
 from .request import Generation, GenerationParams, GenerationStats, Output, StopRule
 from .slots import common_prefix_len
 from .stop import Cancelled, StopSignal
@@ -54,7 +66,7 @@ class Proposal:
     """One pass's token tree and what the loop learns from it once the target has judged it."""
 
     tree: TokenTree
-    # per lookup source that offered spans ("ngram", "workspace"), in the tree's order: its
+    # per lookup source that offered spans (``LOOKUP_SOURCES``), in the tree's order: its
     # best span's match length and how the other matches voted on its first token (ngram.py)
     spans: dict[str, tuple[int, str]] = field(default_factory=dict)
     # the draft's part: the node it grew below (ROOT: the root) and what its steps cost; None
@@ -64,8 +76,12 @@ class Proposal:
     bet: list[float] = field(default_factory=list)  # predicted rates of the verified main chain
 
 
-class Engine(Calibrated, WarmUps):
-    """A resident target model, optional draft, and the speculative decode loop."""
+class Engine:
+    """A resident target model, its proposers, and the speculative decode loop.
+
+    It is a ``generator.Generator`` that can warm (``generator.Warming``)."""
+
+    label = "local"
 
     def __init__(
         self,
@@ -75,25 +91,91 @@ class Engine(Calibrated, WarmUps):
         policy: SpeculationPolicy | None = None,
         ngram: NgramProposer | None = None,
         draft_threshold: float = 0.6,
-        threads: Callable[[], int] | None = None,
+        free_threads: Callable[[], int] | None = None,
     ) -> None:
         self.target = target
         # threads for the next request: one fewer per core other processes keep busy
         self.max_threads = target.threads
-        self.threads = threads or FreeCores(cores=self.max_threads).free
+        self.free_threads = free_threads or FreeCores(cores=self.max_threads).free
         target.use_width_independent_rows()  # the same logits for a position in any pass
         # nodes a pass may verify besides the pending token: a backend whose rows are exact
         # only up to some width says so (ggml: ``ggml/backend.py``), whatever the policy says
-        self.max_tree_nodes = getattr(target, "max_pass_rows", 1 << 30) - 1
+        self.max_tree_nodes = target.max_pass_rows - 1
         self.stop_ids = set(stop_ids or ())
-        self.ngram = ngram or NgramProposer()
-        self.corpus = CorpusProposer()  # fed per request (``GenerationParams.corpora``)
-        self.drafter = DraftProposer(draft, threshold=draft_threshold) if draft else None
+        # the proposers, lookups first (their spans lead the tree); the workspace lookup is
+        # fed per request (``GenerationParams.corpora``)
+        self.proposers: list[Proposer] = [ngram or NgramProposer(), CorpusProposer()]
+        if draft is not None:
+            self.proposers.append(DraftProposer(draft, threshold=draft_threshold))
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
         self.policy.costs.use_threads(self.max_threads)  # what calibration will measure
         self.lock = threading.Lock()  # one generation at a time owns the caches
-        self._init_calibration()
-        self._init_warm_ups()
+        self.calibration = Calibration()
+        self.draft_life = DraftLife(self.policy)
+        self.warm_ups = WarmUps(target, self.lock, self.stop_ids, self.calibration)
+
+    # -- what the generator seam asks (``generator.py``) --------------------------------------
+
+    @property
+    def prefill_rate(self) -> float | None:
+        """Prompt tokens per second, measured at load (None before ``calibrate``)."""
+        return self.calibration.prefill_rate
+
+    @property
+    def warming(self) -> Engine:
+        """Warm-ups and look-ahead run here (``generator.Warming``)."""
+        return self
+
+    @property
+    def uses_corpora(self) -> bool:
+        """The workspace lookup drafts from the corpora a request gives."""
+        return any(p.name == WORKSPACE for p in self.proposers)
+
+    health = None  # (a remote engine's reachability: none here)
+
+    def passes_run(self) -> int:
+        """Target passes run so far (cancel checks count them)."""
+        return self.target.forward_calls
+
+    def warm(self, prompt: list[int], stop: StopSignal, chunk_s: float = PREFILL_CHUNK_S) -> int:
+        """Prefill a place's prompt before its request comes (``WarmUps.warm``)."""
+        return self.warm_ups.warm(prompt, stop, chunk_s)
+
+    def look_ahead(
+        self,
+        prompt: list[int],
+        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        stop: StopSignal,
+    ) -> int:
+        """Compute the next keystrokes' prompts ahead (``WarmUps.look_ahead``)."""
+        return self.warm_ups.look_ahead(prompt, next_prompts, stop)
+
+    # -- the proposers and the draft's life ------------------------------------------------
+
+    @property
+    def drafter(self) -> DraftProposer | None:
+        """The draft model's proposer, while the draft is kept."""
+        return next((p for p in self.proposers if isinstance(p, DraftProposer)), None)
+
+    def calibrate(self) -> None:
+        """Measure this machine at load (``Calibration.measure``) and judge the draft on it."""
+        self.calibration.measure(self.target, self.policy, self.drafter)
+        if self.drafter is not None and self.draft_life.cannot_pay(running=False):
+            self.release_draft()
+
+    def release_draft(self) -> None:
+        """Drop the draft model (its memory goes with it) and say why (``DraftLife``)."""
+        self.proposers = [p for p in self.proposers if p.kind != Kind.DRAFT]
+        self.draft_life.released()
+
+    def reconsider_draft(self) -> bool:
+        """Release the draft if the costs measured in real requests say it cannot pay.
+        Returns whether it was released now."""
+        if self.drafter is None or not self.draft_life.cannot_pay(running=True):
+            return False
+        self.release_draft()
+        return_freed_memory(collect=True)
+        return True
 
     def generate(
         self,
@@ -119,13 +201,14 @@ class Engine(Calibrated, WarmUps):
         with self.lock:
             stats.threads = self._fit_threads()
             self.policy.acceptance.begin_request(params.context)
+            active = [p for p in self.proposers if params.speculate and p.begin(params)]
             try:
                 # 1) Prefill: reuse the cached prefix, compute the new tail, pick the first token.
                 logits, stats.cached_tokens, stats.prefill_tokens = self.target.prefill(
                     prompt, stop
                 )
                 stats.ahead = stats.prefill_tokens == 0  # (a prefill computes at least one row)
-                self.prompt_logits, self.ahead_of = (list(prompt), logits), None
+                self.warm_ups.request_ran(prompt, logits)
                 stats.prefill_s = time.perf_counter() - t0
                 pending = self._choose(logits, sampling)
                 first = out.push([pending])
@@ -136,7 +219,7 @@ class Engine(Calibrated, WarmUps):
                     if stop is not None and stop.at_chunk_end():
                         raise Cancelled()
                     # 2) Propose: n-gram spans and/or a draft chain, merged into one tree.
-                    proposal = self._propose(prompt, out, params, sampling)
+                    proposal = self._propose(active, prompt, out, params, sampling)
                     tree = proposal.tree
                     # 3) Verify: ONE target pass over [pending] + tree (a stop ends it between
                     # two layers: its tokens would be thrown away anyway).
@@ -149,7 +232,7 @@ class Engine(Calibrated, WarmUps):
                     self.target.keep(base + 1, [base + 1 + i for i in path])
                     # 5) Learn: acceptance per proposer, costs, counters.
                     stats.pass_log.append((1 + len(tree), len(path), seconds))
-                    self._learn(proposal, path, stats)
+                    self._learn(active, proposal, path, stats)
                     # 6) Emit the accepted tokens and the bonus; stop rules may cut them.
                     pending = bonus
                     fresh = out.push([tree.tokens[i] for i in path] + [bonus])
@@ -164,11 +247,11 @@ class Engine(Calibrated, WarmUps):
     def _fit_threads(self) -> int:
         """As many threads as cores are free now (``machine.FreeCores``: spinning threads on
         a taken core cost far more than the core they lost)."""
-        n = self.threads()
+        n = self.free_threads()
         self.policy.costs.use_threads(n)
-        for model in (self.target, self.drafter.model if self.drafter else None):
-            if model is not None:
-                model.use_threads(n)
+        self.target.use_threads(n)
+        if self.drafter is not None:
+            self.drafter.model.use_threads(n)
         return n
 
     # -- steps --------------------------------------------------------------------------------
@@ -181,18 +264,22 @@ class Engine(Calibrated, WarmUps):
         return sample(logits_to_probs(logits, sampling.temperature), sampling.rng)
 
     def _propose(
-        self, prompt: list[int], out: Output, params: GenerationParams, sampling: Sampling
+        self,
+        active: list[Proposer],
+        prompt: list[int],
+        out: Output,
+        params: GenerationParams,
+        sampling: Sampling,
     ) -> Proposal:
         """Build this pass's token tree, sized by the policy."""
-        context = prompt + out.tokens
         remaining = params.max_tokens - len(out.tokens)
         proposal = Proposal(TokenTree())
         # A pass emits at most depth + 1 tokens: never propose past the token limit.
         cap = min(self.policy.max_nodes_limit, self.max_tree_nodes, remaining - 1)
-        if not params.speculate or cap <= 0:
+        if not active or cap <= 0:
             return proposal
         tree = proposal.tree
-        offers = self._look_up(prompt, out.tokens, cap, params, sampling)
+        offers = self._look_up(active, prompt, out.tokens, cap, params, sampling)
         # The longer match leads (it becomes the main chain); on a tie the prompt's own lookup
         # does, its text being nearer the cursor.
         for source in sorted(offers, key=lambda source: -offers[source][0].evidence):
@@ -201,12 +288,13 @@ class Engine(Calibrated, WarmUps):
             proposal.spans[source] = (offers[source][0].evidence, offers[source][0].support)
         book = self.policy.acceptance
         span_rates = {
-            source: book.ngram_rates(*found, source=source)
-            for source, found in (proposal.spans or {"ngram": (0, "")}).items()
+            source: book.span_rates(*found, source=source)
+            for source, found in (proposal.spans or {NGRAM: (0, "")}).items()
         }
         lead_rates = next(iter(span_rates.values()))
-        if params.use_draft:
-            self._draft(proposal, context, cap, remaining, sampling, lead_rates)
+        for drafter in (p for p in active if p.kind == Kind.DRAFT):
+            context = drafter.context(prompt, out.tokens, params)
+            self._draft(drafter, proposal, context, cap, remaining, sampling, lead_rates)
         # Verify the k* first tokens of the main chain that pay (policy.py), plus what fits
         # beside them in the same width bucket at no extra cost.
         chain = tree.main_chain()
@@ -228,29 +316,26 @@ class Engine(Calibrated, WarmUps):
         proposal.bet = rates[:k]
         return proposal
 
+    @staticmethod
     def _look_up(
-        self,
+        active: list[Proposer],
         prompt: list[int],
         generated: list[int],
         cap: int,
         params: GenerationParams,
         sampling: Sampling,
     ) -> dict[str, list[Candidate]]:
-        """The lookup proposers' spans, by source: the prompt's n-grams, the corpora's. The
-        corpora hold code as written, so they are searched for the text before the cursor and
-        what follows it, without the FIM prompt's suffix in between."""
+        """The lookup proposers' spans, by source, each over the context it reads."""
         offers: dict[str, list[Candidate]] = {}
-        if params.use_ngram:
-            offers["ngram"] = self.ngram.propose(prompt + generated, cap, sampling).candidates
-        if params.corpora:
-            start, end = params.not_before_cursor or (len(prompt), len(prompt))
-            written = prompt[max(0, start - 64) : start] + prompt[end:] + generated
-            self.corpus.use(params.corpora)
-            offers["workspace"] = self.corpus.propose(written, cap, sampling).candidates
+        for proposer in active:
+            if proposer.kind == Kind.LOOKUP:
+                context = proposer.context(prompt, generated, params)
+                offers[proposer.name] = proposer.propose(context, cap, sampling).candidates
         return {source: found for source, found in offers.items() if found}
 
     def _draft(
         self,
+        drafter: Proposer,
         proposal: Proposal,
         context: list[int],
         cap: int,
@@ -261,11 +346,9 @@ class Engine(Calibrated, WarmUps):
         """Let the draft continue the leading lookup span (or start at the root) when the
         policy says it pays. It grows from a leaf, so its sampled tokens never share a node with
         a deterministic proposal."""
-        if self.drafter is None:
-            return
         tree = proposal.tree
         looked_up = [i for i in tree.main_chain() if tree.sources[i] & set(LOOKUP_SOURCES)]
-        plan = self.policy.plan_draft(len(looked_up), self.drafter.lag(context), lead_rates)
+        plan = self.policy.plan_draft(len(looked_up), drafter.lag(context), lead_rates)
         self.policy.commit(plan)
         if not plan.use_draft:
             return
@@ -275,7 +358,7 @@ class Engine(Calibrated, WarmUps):
         if room <= 0:
             return
         prefix = [tree.tokens[i] for i in tree.path_to(under)]
-        drafted = self.drafter.propose(context + prefix, room, sampling)
+        drafted = drafter.propose(context + prefix, room, sampling)
         for candidate in drafted.candidates:
             tree.add(candidate, cap, under=under)
         proposal.draft_under, proposal.draft = under, drafted
@@ -311,7 +394,7 @@ class Engine(Calibrated, WarmUps):
                 )
             return torch.cat([ahead[None], rows]), len(tree)
         if not tree.tokens:
-            if not self.pad_single_row:
+            if not self.calibration.pad_single_row:
                 return forward([pending]), 1
             return forward([pending, pending])[:1], 1
         tokens = [pending] + tree.tokens
@@ -320,12 +403,15 @@ class Engine(Calibrated, WarmUps):
         mask, depths = tree.attention()
         return forward(tokens, tree_mask=mask, depths=depths), len(tokens)
 
-    def _learn(self, proposal: Proposal, path: list[int], stats: GenerationStats) -> None:
+    def _learn(
+        self, active: list[Proposer], proposal: Proposal, path: list[int], stats: GenerationStats
+    ) -> None:
         tree = proposal.tree
         stats.target_passes += 1
         stats.accepted_per_pass.append(len(path))
         kept = set(path)
-        for source in ("ngram", "workspace", "draft"):
+        by_name = {p.name: p for p in active}
+        for source in SOURCES:
             nodes = [i for i, s in enumerate(tree.sources) if source in s]
             stats.proposed[source] += len(nodes)
             stats.accepted[source] += sum(1 for i in nodes if i in kept)
@@ -335,20 +421,20 @@ class Engine(Calibrated, WarmUps):
             first_branch = _first_chain(tree, source)
             if first_branch:
                 taken = sum(1 for i in first_branch if i in kept)
-                (self.ngram if source == "ngram" else self.corpus).observe(len(first_branch), taken)
-                self.policy.acceptance.observe_ngram(
+                by_name[source].observe(len(first_branch), taken)
+                self.policy.acceptance.observe_span(
                     evidence, len(first_branch), taken, support, source=source
                 )
         if proposal.draft is not None:
             stats.draft_passes += 1
             stats.draft_forwards += proposal.draft.forwards
-            draft_nodes = [i for i, s in enumerate(tree.sources) if "draft" in s]
+            draft_nodes = [i for i, s in enumerate(tree.sources) if DRAFT in s]
             reached = proposal.draft_under == ROOT or proposal.draft_under in kept
             # Tokens the target never got to judge (the path broke off earlier) are not evidence.
             proposed = len(draft_nodes) if reached else 0
             taken = sum(1 for i in draft_nodes if i in kept) if reached else 0
-            if self.drafter is not None:
-                self.drafter.observe(proposed, taken)
+            if DRAFT in by_name:
+                by_name[DRAFT].observe(proposed, taken)
             self.policy.observe_draft(proposal.draft.step_s, proposed, taken)
         if proposal.bet:  # kept: how far the path followed the chain the bet was on
             chain = tree.main_chain()[: len(proposal.bet)]

@@ -17,17 +17,23 @@ priors; ``benchmarks/ngram_offers.py`` measures them).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .proposers import Proposals, Sampling
+from .proposers import NGRAM, Kind, Proposals, Sampling
 from .tree import Candidate
+
+if TYPE_CHECKING:
+    from .request import GenerationParams
 
 
 class NgramProposer:
     """Prompt-lookup proposer (``proposers.Proposer``): free, no model runs."""
 
-    name = "ngram"
+    name = NGRAM
+    kind = Kind.LOOKUP
 
     def __init__(
         self,
@@ -42,6 +48,15 @@ class NgramProposer:
         self.span = span
         self.max_span = max_span
         self.branches = branches
+
+    def begin(self, params: GenerationParams) -> bool:
+        return params.use_ngram
+
+    def context(
+        self, prompt: list[int], generated: list[int], params: GenerationParams
+    ) -> list[int]:
+        """The whole prompt and what was generated after it."""
+        return prompt + generated
 
     def propose(
         self, context: list[int], budget: int, sampling: Sampling | None = None

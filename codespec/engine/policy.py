@@ -82,10 +82,16 @@ class Verify:
     width_probe: int | None = None  # the width bucket this pass re-measures
 
 
+# Tree nodes one pass may verify at most (a backend may allow fewer: ``max_pass_rows``).
+MAX_NODES = 24
+
+
 class SpeculationPolicy:
     """Pass costs + acceptance -> the next pass's width and draft plan."""
 
-    def __init__(self, max_nodes: int = 24, draft_len: int = 8, draft_mode: str = "auto") -> None:
+    def __init__(
+        self, max_nodes: int = MAX_NODES, draft_len: int = 8, draft_mode: str = "auto"
+    ) -> None:
         if draft_mode not in ("auto", "on", "off"):
             raise ValueError(f"draft_mode must be auto, on or off, not {draft_mode!r}")
         self.max_nodes_limit = max_nodes
@@ -174,13 +180,13 @@ class SpeculationPolicy:
             return Verify(chain, probe - 1, width_probe=probe)
         return Verify(chain, self.width(chain, nodes))
 
-    def _draft_pays(self, ngram_tokens: int, ngram_rates: tuple[float, float]) -> bool:
+    def _draft_pays(self, span_tokens: int, lead_rates: tuple[float, float]) -> bool:
         """Compare the expected rate with and without drafting ``draft_len`` more tokens."""
         step = self.costs.draft_step_s.value
         if step is None:
             return True  # never measured: try it once
-        n, k, price = ngram_tokens, self.draft_len, self.costs.price
-        span = span_rates(*ngram_rates, n)
+        n, k, price = span_tokens, self.draft_len, self.costs.price
+        span = span_rates(*lead_rates, n)
         rate_without = expected_tokens(span) / price(1 + n)
         with_draft = expected_tokens(span + [self.acceptance.draft.rate] * k)
         # k draft forwards, plus one to catch up on the tokens accepted since the last call
@@ -203,14 +209,14 @@ class SpeculationPolicy:
         return False
 
     def plan_draft(
-        self, ngram_tokens: int, draft_lag: int = 0, ngram_rates: tuple[float, float] = (0.5, 0.5)
+        self, span_tokens: int, draft_lag: int = 0, lead_rates: tuple[float, float] = (0.5, 0.5)
     ) -> DraftPlan:
         """Plan the draft for the next pass, given how many n-gram tokens are on offer (and
         their acceptance) and how many context tokens the draft's cache lacks (a probe never
         pays for a long catch-up prefill)."""
         if self.draft_mode != "auto":
             return DraftPlan(use_draft=self.draft_mode == "on", draft_len=self.draft_len)
-        pays = self._draft_pays(ngram_tokens, ngram_rates)
+        pays = self._draft_pays(span_tokens, lead_rates)
         gap = DRAFT_PROBE_GAP if pays != self.draft_on else self.draft_probe_gap
         probe = (
             not pays

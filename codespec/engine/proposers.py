@@ -2,10 +2,15 @@
 
 A proposer guesses how the context goes on; the target verifies its guesses in one pass, so a
 wrong guess costs width, never correctness. Each proposer says what its proposal cost (model
-steps, in seconds), so the policy can price it against the tokens it brings. n-gram lookup
-(``ngram.py``) and the draft model (``draft.py``) implement it; a proposer over the workspace
-would too. Learn-from-results is ``observe``: the loop reports how far the target followed a
-proposal's best candidate.
+steps, in seconds), so the policy can price it against the tokens it brings. Prompt lookup
+(``ngram.py``), workspace lookup (``corpus.py``) and the draft model (``draft.py``) implement
+it. The engine holds a list of them and loops over it: a *lookup* proposer offers spans found
+in text (free: no model runs), a *draft* proposer runs a model and continues the leading span.
+Learn-from-results is ``observe``: the loop reports how far the target followed a proposal's
+best candidate.
+
+The names of the sources are declared here once: tree nodes, stats and acceptance books are
+keyed by them.
 
 Modelled on transformers' candidate generators (``get_candidates`` /
 ``update_candidate_strategy``).
@@ -14,11 +19,26 @@ Modelled on transformers' candidate generators (``get_candidates`` /
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from .tree import Candidate
+
+if TYPE_CHECKING:
+    from .request import GenerationParams
+
+NGRAM = "ngram"  # the prompt's own n-grams (``ngram.py``)
+WORKSPACE = "workspace"  # the workspace's and the accepted completions' token ids (``corpus.py``)
+DRAFT = "draft"  # the small model (``draft.py``)
+LOOKUP_SOURCES = (NGRAM, WORKSPACE)
+SOURCES = (*LOOKUP_SOURCES, DRAFT)
+
+
+class Kind(StrEnum):
+    LOOKUP = "lookup"  # spans looked up in text: free, offered whole, several branches
+    DRAFT = "draft"  # a model's chain, grown below the leading span when the policy says so
 
 
 @dataclass
@@ -40,7 +60,20 @@ class Proposals:
 
 
 class Proposer(Protocol):
-    name: str
+    name: str  # the source its tree nodes carry (one of ``SOURCES``)
+    kind: Kind
+
+    def begin(self, params: GenerationParams) -> bool:
+        """A request starts: take what it offers to propose from; return whether this proposer
+        proposes at all in it."""
+        ...
+
+    def context(
+        self, prompt: list[int], generated: list[int], params: GenerationParams
+    ) -> list[int]:
+        """What this proposer continues: the token ids it reads, ending where the next token
+        goes."""
+        ...
 
     def propose(self, context: list[int], budget: int, sampling: Sampling) -> Proposals:
         """Up to ``budget`` tokens in all that continue ``context``."""

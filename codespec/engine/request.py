@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .proposers import SOURCES
+
 if TYPE_CHECKING:
     from .corpus import TokenCorpus
 
-PROPOSERS = ("ngram", "workspace", "draft")  # the sources a pass's proposed tokens come from
 
 # Given every token generated so far, return how many to keep if generation must stop there
 # (syntax-aware rules plug in here), or None to go on. It is also asked about tokens that were
@@ -48,8 +49,8 @@ class GenerationStats:
     target_passes: int = 0  # decode passes (prefill not included)
     prefill_tokens: int = 0  # prompt tokens computed
     cached_tokens: int = 0  # prompt tokens reused from the KV cache
-    proposed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROPOSERS, 0))
-    accepted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROPOSERS, 0))
+    proposed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+    accepted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
     draft_passes: int = 0  # target passes for which the draft model ran
     draft_forwards: int = 0
     accepted_per_pass: list[int] = field(default_factory=list)  # histogram source

@@ -7,7 +7,8 @@
   first token costs no pass, nor its second.
 
 Both give the engine up as their ``StopSignal`` says (``stop.py``); what they computed before
-stays cached.
+stays cached. The engine holds one ``WarmUps`` over its target, sharing its lock (one
+generation or warm-up at a time owns the caches) and its calibration.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from .backend import TargetBackend
-from .calibration import PREFILL_CHUNK_S
+from .calibration import PREFILL_CHUNK_S, Calibration
 from .slots import common_prefix_len
 from .stop import Cancelled, StopSignal
 
@@ -29,18 +30,27 @@ AHEAD_FIRST = 3
 
 
 class WarmUps:
-    """Warm-ups and look-ahead (part of ``Engine``)."""
+    """Warm-ups and look-ahead on a target backend, while nobody waits."""
 
-    target: TargetBackend
-    lock: threading.Lock
-    stop_ids: set[int]
-    pad_single_row: bool
-    prefill_rate: float | None
-
-    def _init_warm_ups(self) -> None:
+    def __init__(
+        self,
+        target: TargetBackend,
+        lock: threading.Lock,
+        stop_ids: set[int],
+        calibration: Calibration,
+    ) -> None:
+        self.target = target
+        self.lock = lock
+        self.stop_ids = stop_ids
+        self.calibration = calibration
         # the last request's prompt and the logits after it (what ``look_ahead`` starts from)
         self.prompt_logits: tuple[list[int], torch.Tensor] | None = None
         self.ahead_of: list[int] | None = None  # the prompt the standing look-ahead is for
+
+    def request_ran(self, prompt: list[int], logits: torch.Tensor) -> None:
+        """A request prefilled ``prompt``: its logits are where a look-ahead there starts,
+        and any look-ahead that stood is gone."""
+        self.prompt_logits, self.ahead_of = (list(prompt), logits), None
 
     def warm(self, prompt: list[int], stop: StopSignal, chunk_s: float = PREFILL_CHUNK_S) -> int:
         """Prefill ``prompt`` (all but its last token: a request recomputes that one anyway)
@@ -50,7 +60,7 @@ class WarmUps:
         if len(prompt) < 2:
             return 0
         ids = prompt[:-1]
-        chunk = max(8, int((self.prefill_rate or 256 / chunk_s) * chunk_s))
+        chunk = max(8, int((self.calibration.prefill_rate or 256 / chunk_s) * chunk_s))
         with self.lock:
             if self.target.looked_ahead(prompt):
                 return 0  # computed ahead, its last id included
@@ -81,7 +91,7 @@ class WarmUps:
         the rows computed ahead are then the very rows a prefill would compute, and a
         completion is the same whether or not it was looked ahead. ``stop`` ends it between two
         decoder layers (a pass stopped keeps nothing; the passes before it stay)."""
-        if self.pad_single_row or len(prompt) < 2:
+        if self.calibration.pad_single_row or len(prompt) < 2:
             return 0
         with self.lock:
             if self.ahead_of == prompt and self.target.looked_ahead(prompt):
@@ -120,5 +130,4 @@ class WarmUps:
 
     def _holds(self, prompt: list[int]) -> bool:
         """Whether the target's cache holds ``prompt`` (a plain sequence, no look-ahead)."""
-        ids = self.target.ids
-        return self.target.ahead is None and ids[: len(prompt)] == prompt
+        return not self.target.looking_ahead and self.target.ids[: len(prompt)] == prompt

@@ -12,19 +12,23 @@ prompt computes, provided that prefill would compute them in one padded pass: a 
 differs from the text in more than a group of ids is not looked ahead. Ending a look-ahead
 keeps the branch the request took (its cells join the text) and parks the others' cells, as a
 tree pass's rejected nodes are.
+
+``GgmlLookAhead`` is held by ``backend.GgmlModel`` and sees it only through ``TextCells``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import torch
 
-from ..engine.ahead import PromptsAhead
+from ..engine.ahead import computed_ahead
 from ..engine.slots import common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
 from .layout import GROUP, LEAVES, PARKED, TEXT
-from .llama import LlamaContext
+from .llama import LlamaContext, Node
 
 # cells a look-ahead may use: its leaves' prompts, a pass of a group at a time
 ROOM = len(LEAVES) * GROUP
@@ -34,7 +38,7 @@ Branch = tuple[tuple[int, ...], int, int]
 
 
 @dataclass
-class GgmlLookAhead:
+class Branches:
     """Prompts computed ahead past the ``root`` cached positions they all share."""
 
     root: int
@@ -45,14 +49,49 @@ class GgmlLookAhead:
     cells: int = 0  # cells computed ahead (parked when the look-ahead ends)
 
 
-class GgmlLookAheads(PromptsAhead):
-    """The look-ahead half of ``GgmlModel``: it uses the model's ``ids``, ``llama``, ``crop``,
-    ``_decode``, ``_compact``, ``parked`` and ``text_cells``, and owns ``ahead``."""
+class TextCells(Protocol):
+    """What the look-ahead needs of ``GgmlModel``: llama.cpp's context, the text's ids and
+    the count of parked cells (both of which ending a look-ahead changes), the cells kept for
+    text, cutting the text back, a padded pass, and compaction."""
 
     llama: LlamaContext
+    ids: list[int]
     parked: int
-    text_cells: int
-    ahead: GgmlLookAhead | None = None
+
+    @property
+    def text_cells(self) -> int: ...
+
+    def crop(self, n: int) -> None: ...
+
+    def decode(
+        self,
+        nodes: list[Node],
+        stop: StopSignal | None,
+        prefill_rows: int | None = None,
+        pad: bool | None = None,
+    ) -> np.ndarray: ...
+
+    def compact(self) -> None: ...
+
+
+class GgmlLookAhead:
+    """Prompts computed ahead under leaf sequences of a ``TextCells``; ``standing`` is the
+    current look-ahead, if any."""
+
+    def __init__(self, text: TextCells) -> None:
+        self.text = text
+        self.standing: Branches | None = None
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        return self.ahead_logits(ids) is not None
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        ahead = self.standing
+        if ahead is None:
+            return None
+        return computed_ahead(self.text.ids, ahead.root, ahead.logits, ids)
 
     def look_ahead(
         self,
@@ -65,15 +104,15 @@ class GgmlLookAheads(PromptsAhead):
         whose logits the caller has (their prefill is free too). Called again while a
         look-ahead stands, it adds the new prompts to it, as long as they share its root.
         ``stop`` drops the pass it stops (the passes before it stay)."""
-        known = {k: v for k, v in (known or {}).items() if list(k) == self.ids[: len(k)]}
+        known = {k: v for k, v in (known or {}).items() if list(k) == self.text.ids[: len(k)]}
         wanted = [*prompts, *map(list, known)]
-        ahead = self.ahead
-        if ahead is None or any(ids[: ahead.root] != self.ids[: ahead.root] for ids in wanted):
-            self.end_look_ahead()
+        ahead = self.standing
+        if ahead is None or any(ids[: ahead.root] != self.text.ids[: ahead.root] for ids in wanted):
+            self.end()
             ahead = self._new_look_ahead(wanted, known)
-            if self.parked and not self._room_for(ahead, ROOM):
-                self._compact()  # (while no look-ahead stands: it keeps the text only)
-        self.ahead = ahead
+            if self.text.parked and not self._room_for(ahead, ROOM):
+                self.text.compact()  # (while no look-ahead stands: it keeps the text only)
+        self.standing = ahead
         rows = 0
         try:
             todo = [ids for ids in prompts if self._worth_looking_ahead(ahead, ids)]
@@ -82,47 +121,47 @@ class GgmlLookAheads(PromptsAhead):
                 rows += self._compute(ahead, batch, stop)
         finally:
             if not ahead.logits:
-                self.end_look_ahead()
+                self.end()
         return rows
 
     def _new_look_ahead(
         self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
-    ) -> GgmlLookAhead:
+    ) -> Branches:
         """An empty look-ahead rooted where ``wanted`` and the text part; the text keeps the
         longest ``known`` prompt (a completion after it is dropped)."""
-        root = min([len(self.ids)] + [common_prefix_len(self.ids, ids) for ids in wanted])
-        self.crop(max([root, *map(len, known)]))
-        ahead = GgmlLookAhead(root)
-        ahead.branches[tuple(self.ids[root:])] = TEXT
+        root = min([len(self.text.ids)] + [common_prefix_len(self.text.ids, ids) for ids in wanted])
+        self.text.crop(max([root, *map(len, known)]))
+        ahead = Branches(root)
+        ahead.branches[tuple(self.text.ids[root:])] = TEXT
         for ids, logits in known.items():
             ahead.branches[tuple(ids[root:])] = TEXT
             ahead.logits[tuple(ids[root:])] = logits
         return ahead
 
-    def _room_for(self, ahead: GgmlLookAhead, rows: int) -> bool:
+    def _room_for(self, ahead: Branches, rows: int) -> bool:
         """Whether ``rows`` more cells (and a pass's padding) fit below the compaction mark
         (``backend.GgmlModel._make_room``), with the cells computed ahead so far."""
-        used = len(self.ids) + self.parked + ahead.cells
-        return used + rows + GROUP <= self.text_cells
+        used = len(self.text.ids) + self.text.parked + ahead.cells
+        return used + rows + GROUP <= self.text.text_cells
 
-    def _worth_looking_ahead(self, ahead: GgmlLookAhead, ids: list[int]) -> bool:
+    def _worth_looking_ahead(self, ahead: Branches, ids: list[int]) -> bool:
         """A prompt past the root, not computed yet, whose prefill from the text would
         compute its new ids in one padded pass (so its rows here are that pass's bits)."""
         tail = tuple(ids[ahead.root :])
         if len(ids) <= ahead.root or tail in ahead.logits:
             return False
-        reused = min(common_prefix_len(self.ids, ids), len(ids) - 1)
+        reused = min(common_prefix_len(self.text.ids, ids), len(ids) - 1)
         return len(ids) - reused <= GROUP
 
     @staticmethod
-    def _base(ahead: GgmlLookAhead, tail: tuple[int, ...]) -> tuple[int, int]:
+    def _base(ahead: Branches, tail: tuple[int, ...]) -> tuple[int, int]:
         """(sequence, ids) of the longest beginning of ``tail`` already cached."""
         spelled = [(common_prefix_len(list(p), list(tail)), s) for p, s in ahead.branches.items()]
         shared, seq = max(spelled, key=lambda found: (found[0], found[1] == TEXT))
         return seq, min(shared, len(tail) - 1)
 
     def _one_pass(
-        self, ahead: GgmlLookAhead, todo: list[list[int]]
+        self, ahead: Branches, todo: list[list[int]]
     ) -> tuple[list[Branch], list[list[int]]]:
         """The branches of the next pass (their new rows fit a group) and the prompts left for
         later. A prompt whose new ids begin like another's in the pass waits, to be computed on
@@ -147,13 +186,13 @@ class GgmlLookAheads(PromptsAhead):
                 later.append(ids)
         return batch, later
 
-    def _compute(self, ahead: GgmlLookAhead, batch: list[Branch], stop: StopSignal | None) -> int:
+    def _compute(self, ahead: Branches, batch: list[Branch], stop: StopSignal | None) -> int:
         """One padded pass with the new rows of ``batch``, each prompt under a leaf of its own
         that first shares the cells its beginning is spelled by."""
         nodes, ends, leaves = [], [], []
         for tail, seq, shared in batch:
             leaf = next(s for s in LEAVES if s not in ahead.leaves and s not in leaves)
-            self.llama.share(seq, leaf, -1, ahead.root + shared)
+            self.text.llama.share(seq, leaf, -1, ahead.root + shared)
             leaves.append(leaf)
             nodes += [
                 (token, ahead.root + shared + i, (leaf,), True)
@@ -161,10 +200,10 @@ class GgmlLookAheads(PromptsAhead):
             ]
             ends.append(len(nodes) - 1)
         try:
-            logits = self._decode(nodes, stop)
+            logits = self.text.decode(nodes, stop)
         except Cancelled:
             for leaf in leaves:  # the pass's cells were dropped, not the sharing
-                self.llama.remove(leaf)
+                self.text.llama.remove(leaf)
             raise
         for (tail, _, _), leaf, end in zip(batch, leaves, ends, strict=True):
             ahead.branches[tail] = leaf
@@ -173,33 +212,29 @@ class GgmlLookAheads(PromptsAhead):
         ahead.cells += len(nodes)
         return len(nodes)
 
-    def sequence(self) -> list[int]:
-        """The text's ids (its sequence stays plain while a look-ahead stands)."""
-        return self.ids
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end(self, ids: list[int] | None = None) -> torch.Tensor | None:
         """End a look-ahead: when ``ids`` is one of the prompts computed ahead, its cells become
         the text and its logits are returned; else the text stays as it is. The other
         branches' cells are parked."""
-        ahead, self.ahead = self.ahead, None
+        ahead, self.standing = self.standing, None
         if ahead is None:
             return None
         logits = None
-        if ids is not None and ids[: ahead.root] == self.ids[: ahead.root]:
+        if ids is not None and ids[: ahead.root] == self.text.ids[: ahead.root]:
             logits = ahead.logits.get(tuple(ids[ahead.root :]))
         if logits is not None and ids is not None:
             seq = ahead.branches[tuple(ids[ahead.root :])]
             if seq == TEXT:
-                self.parked += len(self.ids) - len(ids)  # (cells leaves share may stay)
-                self.crop(len(ids))
+                self.text.parked += len(self.text.ids) - len(ids)  # (cells leaves share may stay)
+                self.text.crop(len(ids))
             else:  # the text's own cells past the root give way to the branch's
-                self.llama.share(TEXT, PARKED, ahead.root)
-                self.llama.remove(TEXT, ahead.root)
-                self.parked += len(self.ids) - ahead.root
-                self.llama.share(seq, TEXT, ahead.root, len(ids))
-                self.ids = list(ids)
+                self.text.llama.share(TEXT, PARKED, ahead.root)
+                self.text.llama.remove(TEXT, ahead.root)
+                self.text.parked += len(self.text.ids) - ahead.root
+                self.text.llama.share(seq, TEXT, ahead.root, len(ids))
+                self.text.ids = list(ids)
         for leaf in ahead.leaves:
-            self.llama.share(leaf, PARKED, ahead.root)
-            self.llama.remove(leaf)
-        self.parked += ahead.cells  # (some may be the text's now: counting them is safe)
+            self.text.llama.share(leaf, PARKED, ahead.root)
+            self.text.llama.remove(leaf)
+        self.text.parked += ahead.cells  # (some may be the text's now: counting them is safe)
         return logits

@@ -42,7 +42,7 @@ import torch
 
 from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
-from .ahead import GgmlLookAheads
+from .ahead import GgmlLookAhead
 from .layout import COMPACT_AT, GROUP, LEAVES, PADDING, PARKED, SEQUENCES, TEXT
 from .llama import Aborted, CacheFull, LlamaContext, Node, Settings
 
@@ -61,7 +61,7 @@ class TreePass:
     leaves: list[int]  # the leaf sequences it used
 
 
-class GgmlModel(GgmlLookAheads):
+class GgmlModel:
     """A GGUF model on llama.cpp's CPU kernels with codespec's cache rules (one per model)."""
 
     def __init__(
@@ -81,7 +81,7 @@ class GgmlModel(GgmlLookAheads):
         self.pool = SlotPool(len, slots, parked_budget_bytes)
         self.parked = 0  # cells parked under PARKED
         self.tree: TreePass | None = None
-        self.ahead = None  # prompts computed ahead (``ahead.py``)
+        self.ahead = GgmlLookAhead(self)  # prompts computed ahead (``ahead.py``)
 
     @property
     def vocab_size(self) -> int:
@@ -110,6 +110,33 @@ class GgmlModel(GgmlLookAheads):
 
     def close(self) -> None:
         self.llama.close()
+
+    # -- look-ahead (``ahead.py``) -----------------------------------------------------------
+
+    @property
+    def looking_ahead(self) -> bool:
+        return self.ahead.standing is not None
+
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int:
+        return self.ahead.look_ahead(prompts, known, stop)
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        return self.ahead.looked_ahead(ids)
+
+    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+        return self.ahead.ahead_logits(ids)
+
+    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+        return self.ahead.end(ids)
+
+    def sequence(self) -> list[int]:
+        """The text's ids (its sequence stays plain while a look-ahead stands)."""
+        return self.ids
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -144,14 +171,14 @@ class GgmlModel(GgmlLookAheads):
             nodes = [
                 (t, start + i, (TEXT,), last and i == len(rows) - 1) for i, t in enumerate(rows)
             ]
-            logits = self._decode(nodes, stop, prefill_rows=len(rows))
+            logits = self.decode(nodes, stop, prefill_rows=len(rows))
             self.ids.extend(rows)
             self.forward_calls += 1
         if tail:
             if stop is not None and stop.at_chunk_end():
                 raise Cancelled()
             nodes = [(t, body + i, (TEXT,), i == tail - 1) for i, t in enumerate(ids[body:])]
-            logits = self._decode(nodes, stop, prefill_rows=tail, pad=True)
+            logits = self.decode(nodes, stop, prefill_rows=tail, pad=True)
             self.ids.extend(ids[body:])
             self.forward_calls += 1
         assert logits is not None
@@ -184,7 +211,7 @@ class GgmlModel(GgmlLookAheads):
         for leaf in leaves:  # the text is every leaf's too (metadata only)
             self.llama.share(TEXT, leaf)
         try:
-            logits = self._decode(nodes, stop)
+            logits = self.decode(nodes, stop)
         except Cancelled:
             for leaf in leaves:  # llama.cpp dropped the pass's cells, not the sharing
                 self.llama.remove(leaf)
@@ -195,13 +222,13 @@ class GgmlModel(GgmlLookAheads):
             self.tree = TreePass(past, sequences, leaves)
         return torch.from_numpy(logits)
 
-    def _decode(
+    def decode(
         self,
         nodes: list[Node],
         stop: StopSignal | None,
         prefill_rows: int | None = None,
         pad: bool | None = None,
-    ):
+    ) -> np.ndarray:
         """One llama.cpp pass; a decode pass of the target is padded to whole groups, and all
         its rows ask for logits: llama.cpp runs the last layer and the output matrix on the
         rows that ask only, so asking for fewer would change those kernels' width."""
@@ -252,7 +279,7 @@ class GgmlModel(GgmlLookAheads):
     def _end_tree(self) -> None:
         """Settle a tree pass nobody called ``keep`` for (a cancelled request): keep its trunk;
         end a standing look-ahead (the text stays as it is)."""
-        if self.ahead is not None:
+        if self.ahead.standing is not None:
             self.end_look_ahead()
         if self.tree is not None:
             tree, self.tree = self.tree, None
@@ -270,7 +297,7 @@ class GgmlModel(GgmlLookAheads):
 
     def reset(self) -> None:
         """Forget everything cached, in every slot."""
-        self.tree = self.ahead = None
+        self.tree = self.ahead.standing = None
         self.llama.clear()
         self.ids, self.parked = [], 0
         self.pool.clear()
@@ -284,9 +311,9 @@ class GgmlModel(GgmlLookAheads):
                 f"{self.llama.n_ctx} cells are for text)"
             )
         if self.parked and len(self.ids) + self.parked + rows > limit:
-            self._compact()
+            self.compact()
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
         """Rewrite the text's cells contiguously from cell 0 (parked cells are dropped)."""
         self._end_tree()
         saved = self.llama.save(TEXT) if self.ids else b""

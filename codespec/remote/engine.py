@@ -46,7 +46,12 @@ TOKEN_SLACK = 4
 class RemoteEngine:
     """Decodes on a remote server; see the module docstring."""
 
-    prefill_rate: float | None = None  # windows keep their configured sizes: the server is fast
+    # What differs from the local engine (``generator.Generator``'s capabilities): windows
+    # keep their configured sizes (the server is fast); its server keeps its own prompt cache,
+    # so nothing warms here; it drafts from nothing the daemon holds; it counts no passes.
+    prefill_rate: float | None = None
+    warming = None
+    uses_corpora = False
 
     def __init__(self, config: RemoteConfig, tokenizer: Any) -> None:
         self.config = config
@@ -67,6 +72,9 @@ class RemoteEngine:
     @property
     def label(self) -> str:
         return self.config.describe()
+
+    def passes_run(self) -> int:
+        return 0
 
     # -- the generator seam -------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..files import parse_json
 from ..memory import freeze_resident_objects
@@ -38,6 +39,9 @@ from .handlers import STATUS
 from .session import CodespecServer, create_session, serve_connection
 from .worker import ModelUnavailable, Worker
 
+if TYPE_CHECKING:
+    from ..runtime import LoadedPair  # (the model's stack loads with the model, not before)
+
 log = logging.getLogger("codespec.daemon")
 AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
 AUTH_MAX_BODY = 4096  # ... in a frame this small
@@ -48,13 +52,13 @@ MAX_UNAUTHENTICATED = 16  # connections waiting to authenticate at once; more ar
 class ModelSlot:
     """The loaded pair, filled in by a background thread; ``get`` blocks until it is there."""
 
-    pair: object | None = None
+    pair: LoadedPair | None = None
     error: Exception | None = None
     ready: threading.Event = field(default_factory=threading.Event)
 
-    def get(self) -> object:
+    def get(self) -> LoadedPair:
         self.ready.wait()
-        if self.error is not None:
+        if self.error is not None or self.pair is None:
             raise ModelUnavailable(f"the model failed to load: {self.error}")
         return self.pair
 
@@ -62,7 +66,7 @@ class ModelSlot:
 class Daemon:
     def __init__(
         self,
-        load_pair,
+        load_pair: Callable[[], LoadedPair],
         settings: Settings,
         pass_delay_s: float = 0.0,
         load_delay_s: float = 0.0,
@@ -101,7 +105,7 @@ class Daemon:
             try:
                 time.sleep(self._load_delay_s)
                 pair = self._load()
-                health = getattr(getattr(pair, "engine", None), "health", None)
+                health = pair.engine.health
                 if health is not None and loop is not None:  # a remote engine's reachability
                     health.listeners.append(
                         lambda state, message: loop.call_soon_threadsafe(
@@ -114,7 +118,7 @@ class Daemon:
                     "model ready in %.1f s on %s: %s",
                     pair.load_s,
                     pair.device,
-                    getattr(pair, "quantization", ""),
+                    pair.quantization,
                 )
             except Exception as exc:  # reported on every request, never a crash
                 log.error("model failed to load: %s", exc)
@@ -131,14 +135,15 @@ class Daemon:
         if wait:
             self.slot.ready.wait()
         pair = self.slot.pair if self.slot.ready.is_set() else None
-        if pair is None or not hasattr(getattr(pair, "engine", None), "corpus"):
+        if pair is None or not pair.engine.uses_corpora:
             return None
         tokenizer = pair.tokenizer
         return lambda text: tokenizer.encode(text, add_special_tokens=False)
 
     def prefill_rate(self) -> float | None:
         """The loaded engine's prefill rate (prompt windows are sized by it); None until then."""
-        return getattr(getattr(self.slot.pair, "engine", None), "prefill_rate", None)
+        pair = self.slot.pair
+        return pair.engine.prefill_rate if pair is not None else None
 
     def tell_status(self, state: str, message: str) -> None:
         """Every session hears ``codespec/status`` when the engine's state changes."""

@@ -1,58 +1,45 @@
-"""The engine worker: one thread owns the model; LSP sessions submit jobs to it.
+"""The engine worker: one thread owns the model and runs what the scheduler picks.
 
-Scheduling rules:
+What runs next (newest request per document, sessions in turn, bounded queue, deadlines, a
+request's share of the worker while others wait, warm-ups when nobody waits) is
+``scheduler.py``'s to decide; this module runs it:
 
-* per (session, document) the newest request wins: submitting a job cancels the previous one
-  for the same document (queued: it never starts; running: a decoding pass stops between two
-  layers, a prefill chunk at its end when the new request is on the same line, whose prompt
-  shares that work, and between two layers otherwise);
 * a job whose document has changed since it was submitted is answered empty without running
   the model (its result would be for text that no longer exists);
-* sessions are served round-robin, so one busy editor cannot starve another, and while another
-  session's request waits, a running request gets ``JOB_SHARE_S`` from its start, then stops at
-  its next pass and is answered with what it has (``Job.yielded``);
-* the queue is bounded: past ``MAX_QUEUED`` waiting requests the oldest is answered empty, and
-  a request still waiting after ``QUEUE_DEADLINE_S`` is answered empty instead of run (its
-  editor has moved on; a late ghost text is worse than none). The wait counts from when the
-  model was ready: a request made while the model loads is served once it is (the editor
-  shows the load; a request whose document changed meanwhile is stale and skipped anyway);
 * a failure inside the model call fails that job only; the worker goes on with the next;
+* a request whose share of the worker runs out while another session waits stops at its next
+  pass and is answered with what it has;
 * the heap is trimmed (``memory.py``) after a quiet second, not after each request;
 * every request, however it ends, leaves one row for the acceptance stats (``record``, see
   ``codespec/stats``): a queue append, never a wait on the disk;
-* when no request waits, the worker *warms*: it prefills the prompt of the place a request is
-  likely to come from next (where edits settled or the cursor rests), newest first, one per
-  document, in prefill chunks of ``engine.calibration.PREFILL_CHUNK_S`` (larger chunks prefill
-  faster: ``docs/benchmarks.md``, "Prefill"). A request arriving meanwhile stops the warm-up
-  (``engine/stop.py``): at the end of its chunk when the request is at
-  the warmed place (that chunk is the request's own prefill, so finishing it costs the request
-  nothing), and between two decoder layers of the chunk otherwise (the chunk is dropped; the
-  request waits at most one layer's share of it).
+* a warm-up prefills the prompt of the place a request is likely to come from next, in prefill
+  chunks of ``engine.calibration.PREFILL_CHUNK_S`` (larger chunks prefill faster:
+  ``docs/benchmarks.md``, "Prefill"), then looks ahead at the next keystrokes there. A request
+  arriving meanwhile stops it (``engine/stop.py``): at the end of its chunk when the request is
+  at the warmed place (that chunk is the request's own prefill, so finishing it costs the
+  request nothing), and between two decoder layers of the chunk otherwise.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from ..completion import CompletionResult, complete, prompt_at
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
-from ..stats.record import request_row
+from ..stats.record import Outcome, request_row
 from ..stops import Mode
 from .counters import WorkerStats
 from .places import Job, WarmJob
+from .scheduler import JOB_SHARE_S, QUEUE_DEADLINE_S, Scheduler
 
-MAX_QUEUED = 16  # requests waiting at once, all sessions together
-QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it is dropped
-# The most of the worker one request takes while another session's request waits: then it is
-# answered with what it has. A session's long completion (maxTokens 1024, no stop rules, a
-# huge prompt) cannot hold other editors past this plus one pass.
-JOB_SHARE_S = 4.0
+if TYPE_CHECKING:
+    from ..runtime import LoadedPair  # (the model's stack loads with the model, not before)
 # Quiet seconds after a request before the heap is trimmed: a trim takes a while, and a trim
 # after every request made the next keystroke's request wait for it.
 TRIM_AFTER_IDLE_S = 1.0
@@ -68,29 +55,26 @@ class Worker:
 
     def __init__(
         self,
-        get_pair: Callable[[], object],
+        get_pair: Callable[[], LoadedPair],
         pass_delay_s: float = 0.0,
         record: Callable[[dict], None] | None = None,
         queue_deadline_s: float = QUEUE_DEADLINE_S,
         job_share_s: float = JOB_SHARE_S,
     ) -> None:
-        self.job_share_s = job_share_s
         self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
-        self.queue_deadline_s = queue_deadline_s
-        self.ready_since: float | None = None  # when get_pair first returned (the model loaded)
         self.record = record  # takes each request's stats row (see codespec/stats/record.py)
         self.pass_delay_s = pass_delay_s  # testing aid: slow each target pass down
-        self.queues: dict[int, collections.deque[Job]] = {}
-        self.order: collections.deque[int] = collections.deque()  # round-robin of sessions
-        self.latest: dict[tuple[int, str], Job] = {}
-        self.warm_jobs: dict[tuple[int, str], WarmJob] = {}  # newest last
-        self.cond = threading.Condition()
+        self.scheduler = Scheduler(queue_deadline_s, job_share_s)
+        self.cond = threading.Condition()  # guards the scheduler
         self.stats = WorkerStats()
-        self.running: Job | WarmJob | None = None
         self.trim_due = False  # a request ran since the heap was last trimmed
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self.thread.start()
+
+    @property
+    def running(self) -> Job | WarmJob | None:
+        return self.scheduler.running
 
     # -- called from the LSP side -------------------------------------------------------------
 
@@ -100,23 +84,9 @@ class Worker:
 
     def submit(self, job: Job) -> Future:
         with self.cond:
-            previous = self.latest.get((job.session, job.uri))
-            if previous is not None:
-                previous.superseded = True
-                previous.stop(wanted_by=job)
-            self.latest[(job.session, job.uri)] = job
-            if isinstance(self.running, WarmJob):
-                self.running.stop(wanted_by=job)  # a request outranks any warm-up
-            self.queues.setdefault(job.session, collections.deque()).append(job)
-            while sum(len(q) for q in self.queues.values()) > MAX_QUEUED:
-                oldest = min(
-                    (q[0] for q in self.queues.values() if q), key=lambda j: j.timing.arrived
-                )
-                self.queues[oldest.session].popleft()
+            for dropped, outcome in self.scheduler.submit(job):
                 self.stats.dropped += 1
-                self._answer_empty(oldest, "dropped")
-            if job.session not in self.order:
-                self.order.append(job.session)
+                self._answer_empty(dropped, outcome)
             self._share_due()
             self.cond.notify()
         return job.future
@@ -124,39 +94,17 @@ class Worker:
     def warm(self, job: WarmJob) -> None:
         """Queue a warm-up; it replaces an older one for the same document."""
         with self.cond:
-            previous = self.warm_jobs.pop((job.session, job.uri), None)
-            if previous is not None:
-                previous.stop()
-            running = self.running
-            if isinstance(running, WarmJob) and (running.session, running.uri) == (
-                job.session,
-                job.uri,
-            ):
-                running.stop(wanted_by=job)  # that place is stale now
-            self.warm_jobs[(job.session, job.uri)] = job
+            self.scheduler.warm(job)
             self.cond.notify()
 
     def forget_document(self, session: int, uri: str) -> None:
         with self.cond:
-            job = self.warm_jobs.pop((session, uri), None)
-            if job is not None:
-                job.stop()
-            running = self.running
-            if isinstance(running, WarmJob) and (running.session, running.uri) == (session, uri):
-                running.stop()
+            self.scheduler.forget_document(session, uri)
 
     def drop_session(self, session: int) -> None:
         """A session ended: cancel its work and forget it."""
         with self.cond:
-            for key in [k for k in self.warm_jobs if k[0] == session]:
-                self.warm_jobs.pop(key).stop()
-            for job in self.queues.pop(session, ()):
-                job.signal.cancel(keep_chunk=True)  # queued: it never starts
-            if self.running is not None and self.running.session == session:
-                self.running.stop()
-            self.latest = {k: v for k, v in self.latest.items() if k[0] != session}
-            if session in self.order:
-                self.order.remove(session)
+            self.scheduler.drop_session(session)
 
     def stop(self) -> None:
         with self.cond:
@@ -165,21 +113,21 @@ class Worker:
 
     # -- the worker thread --------------------------------------------------------------------
 
-    def _answer_empty(self, job: Job, outcome: str) -> None:
+    def _answer_empty(self, job: Job, outcome: Outcome) -> None:
         """Answer a request that will not run (under ``cond``)."""
         job.signal.cancel(keep_chunk=True)
-        if self.latest.get((job.session, job.uri)) is job:
-            del self.latest[(job.session, job.uri)]
+        if self.scheduler.latest.get((job.session, job.uri)) is job:
+            del self.scheduler.latest[(job.session, job.uri)]
         if job.future.set_running_or_notify_cancel():
             job.future.set_result(None)
         self._record(job, outcome)
 
-    def _record(self, job: Job, outcome: str, result: CompletionResult | None = None) -> None:
+    def _record(self, job: Job, outcome: Outcome, result: CompletionResult | None = None) -> None:
         """Leave the request's stats row; a recording problem never reaches the request."""
         if self.record is None:
             return
-        if outcome == "cancelled" and job.superseded:
-            outcome = "superseded"
+        if outcome == Outcome.CANCELLED and job.superseded:
+            outcome = Outcome.SUPERSEDED
         job.timing.done = job.timing.done or time.perf_counter()
         mode = result.mode if result is not None else job.options.mode
         kind = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}.get(mode, "none")
@@ -203,21 +151,13 @@ class Worker:
     def _next(self) -> Job | WarmJob | None:
         with self.cond:
             while not self.stopping:
-                for _ in range(len(self.order)):
-                    session = self.order[0]
-                    self.order.rotate(-1)
-                    queue = self.queues.get(session)
-                    while queue and self._overdue(queue[0]):
-                        self.stats.expired += 1
-                        self._answer_empty(queue.popleft(), "expired")
-                    if queue:
-                        self.running = queue.popleft()
-                        self._share_due()
-                        return self.running
-                if self.warm_jobs:  # nothing waits: warm the newest place
-                    key = next(reversed(self.warm_jobs))
-                    self.running = self.warm_jobs.pop(key)
-                    return self.running
+                job, expired = self.scheduler.next()
+                for late, outcome in expired:
+                    self.stats.expired += 1
+                    self._answer_empty(late, outcome)
+                if job is not None:
+                    self._share_due()
+                    return job
                 if not self.trim_due:
                     self.cond.wait()
                 elif not self.cond.wait(TRIM_AFTER_IDLE_S):  # a quiet spell: trim now
@@ -226,41 +166,29 @@ class Worker:
             return None
 
     def _share_due(self) -> None:
-        """(Under the lock.) While a request of another session waits, the running request
-        gets ``JOB_SHARE_S`` of the worker from its start, then yields: it stops at its next
-        prefill chunk end or target pass and is answered with what it has (``Job.yielded``)."""
+        """(Under the lock.) Once another session's request waits, the running request's share
+        of the worker is timed (``Scheduler.share_left``); when it runs out, the request stops
+        at its next prefill chunk end or target pass and is answered with what it has."""
         running = self.running
         if not isinstance(running, Job) or running.share_timer is not None:
             return
-        if not self._others_wait(running.session):
+        left = self.scheduler.share_left()
+        if left is None:
             return
-        started = running.timing.started or time.perf_counter()
-        left = max(0.0, self.job_share_s - (time.perf_counter() - started))
         running.share_timer = threading.Timer(left, self._yield, args=(running,))
         running.share_timer.daemon = True
         running.share_timer.start()
 
-    def _others_wait(self, session: int) -> bool:
-        return any(q for s, q in self.queues.items() if s != session)
-
     def _yield(self, job: Job) -> None:
         with self.cond:
-            if self.running is job and self._others_wait(job.session):
+            if self.running is job and self.scheduler.others_wait(job.session):
                 job.yielded = True
                 job.signal.cancel(keep_chunk=True)  # (the chunk stays cached for its place)
 
-    def _overdue(self, job: Job) -> bool:
-        """Has ``job`` waited past the deadline since it came or the model was ready, whichever
-        is later? (While the model loads, nothing is overdue.)"""
-        if self.ready_since is None:
-            return False
-        waited = time.perf_counter() - max(job.timing.arrived, self.ready_since)
-        return waited > self.queue_deadline_s
-
-    def _pair(self):
+    def _pair(self) -> LoadedPair:
         pair = self.get_pair()
-        if self.ready_since is None:
-            self.ready_since = time.perf_counter()
+        with self.cond:
+            self.scheduler.model_ready()
         return pair
 
     def _trim_unlocked(self) -> None:
@@ -281,7 +209,7 @@ class Worker:
                     log.debug("warm-up failed: %s", exc)
                 finally:
                     with self.cond:
-                        self.running = None
+                        self.scheduler.finished(job)
                 continue
             try:
                 self._serve(job)
@@ -289,35 +217,31 @@ class Worker:
                 if job.share_timer is not None:
                     job.share_timer.cancel()
                 with self.cond:
-                    self.running = None
-                    if self.latest.get((job.session, job.uri)) is job:
-                        del self.latest[(job.session, job.uri)]
+                    self.scheduler.finished(job)
                     self.trim_due = True
 
     def _serve(self, job: Job) -> None:
         job.timing.started = time.perf_counter()
         if not job.future.set_running_or_notify_cancel():  # nobody waits for an answer
-            self._record(job, "cancelled")
+            self._record(job, Outcome.CANCELLED)
             return
         outcome, result, error = self._outcome(job)
         self._finish(job, outcome, result, error)
-        if outcome in ("served", "empty") and result is not None and result.stats is not None:
+        if outcome.ran and result is not None and result.stats is not None:
             if result.anchor is not None and job.options.look_ahead_keys:
                 self._look_ahead_after(job, result.text[:1])  # (not where the model did not run)
 
-    def _outcome(self, job: Job) -> tuple[str, CompletionResult | None, Exception | None]:
+    def _outcome(self, job: Job) -> tuple[Outcome, CompletionResult | None, Exception | None]:
         """Run ``job`` unless it is cancelled or stale: (outcome, its result, its failure)."""
         if job.signal.cancelled:
-            return "cancelled", None, None
+            return Outcome.CANCELLED, None, None
         current = job.current_version()
         if current is not None and current > job.version:
-            return "stale", None, None
+            return Outcome.STALE, None, None
         try:
             pair = self._pair()
-            # the local engine counts target forward passes, for cancel checks
-            forwards = getattr(pair.engine, "target", None)
-            if forwards is not None:
-                job.signal.probe = lambda: forwards.forward_calls
+            engine = pair.engine
+            job.signal.probe = engine.passes_run  # (cancel checks count the passes)
             result: CompletionResult = complete(
                 pair,
                 job.cursor,
@@ -332,22 +256,23 @@ class Worker:
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
-            return "failed", None, exc
+            return Outcome.FAILED, None, exc
+        answered = Outcome.SERVED if result.text else Outcome.EMPTY
         if job.yielded and not job.superseded:  # its share ran out: what it has is the answer
             self.stats.yielded += 1
             if result.stats is not None:
                 result.stats.stop_reason = "yielded"
-            return ("served" if result.text else "empty"), result, None
+            return answered, result, None
         if job.signal.cancelled:
             self.stats.last_cancel = {
                 "passes_at_cancel": job.signal.passes_at_cancel,
-                "passes_final": forwards.forward_calls if forwards is not None else 0,
+                "passes_final": engine.passes_run(),
             }
-            return "cancelled", result, None
-        return ("served" if result.text else "empty"), result, None
+            return Outcome.CANCELLED, result, None
+        return answered, result, None
 
     def _finish(
-        self, job: Job, outcome: str, result: CompletionResult | None, error: Exception | None
+        self, job: Job, outcome: Outcome, result: CompletionResult | None, error: Exception | None
     ) -> None:
         """The one exit for a job that started: count it, leave its stats row, answer it (an
         empty answer for anything but a completion)."""
@@ -360,14 +285,14 @@ class Worker:
                 "prefill_tokens": stats.prefill_tokens,
                 "cached_tokens": stats.cached_tokens,
             }
-        answered = outcome in ("served", "empty")
+        answered = outcome.ran
         if answered:
             self.stats.served += 1
             job.timing.done = time.perf_counter()
             self.stats.latencies_s.append(job.timing.done - job.timing.arrived)
-        elif outcome == "cancelled":
+        elif outcome == Outcome.CANCELLED:
             self.stats.cancelled += 1
-        elif outcome == "stale":
+        elif outcome == Outcome.STALE:
             self.stats.stale += 1
         else:
             self.stats.failed += 1
@@ -387,14 +312,15 @@ class Worker:
         if job.signal.cancelled or (current is not None and current > job.version):
             return
         pair = self._pair()
-        if not hasattr(pair.engine, "warm"):
+        warming = pair.engine.warming
+        if warming is None:
             return  # a remote engine: its server keeps its own prompt cache
         # the prompt a request here would use: typing at an anchored cursor extends its prompt
         anchored = job.anchors.get(job.uri) if job.anchors is not None else None
         prompt, anchor = prompt_at(
             pair, job.cursor, job.options, job.path, job.extra_files, anchor=anchored
         )
-        computed = pair.engine.warm(prompt, job.signal)
+        computed = warming.warm(prompt, job.signal)
         if job.anchors is not None:
             job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
         self.stats.warmed += 1
@@ -408,7 +334,7 @@ class Worker:
                 chars = likely_next_chars(tokenizer, logits, keys, skip=job.shown_next)
                 return next_key_prompts(tokenizer, anchor, cursor.prefix, cursor.suffix, chars)
 
-            rows = pair.engine.look_ahead(prompt, next_prompts, job.signal)
+            rows = warming.look_ahead(prompt, next_prompts, job.signal)
             self.stats.looked_ahead += rows > 0
             self.stats.ahead_rows += rows
 

@@ -7,6 +7,7 @@ import html
 import io
 import time
 
+from .record import Outcome
 from .report import COLUMNS, ReportError, build
 
 
@@ -125,7 +126,7 @@ def _speculation_by_language(plt, groups: list[dict]) -> str:
 def _latency(plt, rows: list[dict]) -> str:
     fig, ax = plt.subplots(figsize=(8, 3))
     for name, label in (("first_ms", "to first text"), ("total_ms", "to the whole answer")):
-        values = [r[name] for r in rows if r[name] is not None and r["outcome"] == "served"]
+        values = [r[name] for r in rows if r[name] is not None and r["outcome"] == Outcome.SERVED]
         if values:
             ax.hist(values, bins=30, alpha=0.6, label=f"{label} (n={len(values)})")
     ax.set_xlabel("ms after the request")

@@ -9,17 +9,26 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-OUTCOMES = (
-    "served",  # answered with a suggestion
-    "empty",  # the model ran (or had nothing to do here) and produced no text
-    "cancelled",  # the client cancelled it ($/cancelRequest) or its session ended
-    "superseded",  # a newer request for the same document replaced it
-    "stale",  # the document changed before it ran
-    "failed",  # the model call raised
-    "dropped",  # the queue was full
-    "expired",  # it waited past the queue deadline
-)
+
+class Outcome(StrEnum):
+    """How a request ended: the stats' ``outcome`` column, and what the worker counts."""
+
+    SERVED = "served"  # answered with a suggestion
+    EMPTY = "empty"  # the model ran (or had nothing to do here) and produced no text
+    CANCELLED = "cancelled"  # the client cancelled it ($/cancelRequest) or its session ended
+    SUPERSEDED = "superseded"  # a newer request for the same document replaced it
+    STALE = "stale"  # the document changed before it ran
+    FAILED = "failed"  # the model call raised
+    DROPPED = "dropped"  # the queue was full
+    EXPIRED = "expired"  # it waited past the queue deadline
+
+    @property
+    def ran(self) -> bool:
+        """Whether the model ran and the request was answered (with text or without)."""
+        return self in (Outcome.SERVED, Outcome.EMPTY)
+
 
 # column -> SQL type; the order is the table's column order
 REQUEST_COLUMNS: dict[str, str] = {

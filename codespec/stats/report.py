@@ -12,7 +12,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from .record import REQUEST_COLUMNS
+from .record import REQUEST_COLUMNS, Outcome
 from .summary import percentiles, proposer, ratio, summaries
 
 GROUPINGS = ("language", "kind", "day", "context")
@@ -116,8 +116,8 @@ def build(
 
 
 def summarize(rows: list[dict]) -> dict:
-    ran = [r for r in rows if r["outcome"] in ("served", "empty")]
-    served = [r for r in rows if r["outcome"] == "served"]
+    ran = [r for r in rows if r["outcome"] in (Outcome.SERVED, Outcome.EMPTY)]
+    served = [r for r in rows if r["outcome"] == Outcome.SERVED]
     shown = [r for r in served if r["shown"]]
     verdicts = Counter(r["verdict"] for r in shown)
     tokens = sum(r["tokens"] for r in ran)

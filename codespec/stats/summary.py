@@ -18,6 +18,8 @@ import sqlite3
 from array import array
 from collections import Counter, defaultdict
 
+from .record import Outcome
+
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
 GROUP_SQL = {
     "language": "language",
@@ -26,7 +28,7 @@ GROUP_SQL = {
     "context": "language || ' ' || CASE WHEN context = '' THEN 'in-file' "
     "ELSE replace(context, ',', '+') END",
 }
-RAN = ("served", "empty")  # outcomes whose request ran the model
+RAN = (Outcome.SERVED, Outcome.EMPTY)  # outcomes whose request ran the model
 SUMMED = (  # columns summed per combination
     "tokens",
     "chars",
@@ -67,7 +69,7 @@ class Tally:
             self.ran.update(sums)
             if stop:
                 self.stops[stop] += count
-        if outcome == "served":
+        if outcome == Outcome.SERVED:
             self.suggestions += count
             self.served.update(sums)
             if shown:

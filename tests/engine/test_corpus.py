@@ -151,7 +151,8 @@ def test_the_proposer_takes_the_corpus_with_the_longer_match():
     near.refresh()
     far.refresh()
     proposer = CorpusProposer()
-    proposer.use((near, far))
+    assert proposer.begin(GenerationParams(corpora=(near, far)))
     assert proposer.propose([4, 5, 6, 7], 4).candidates[0].tokens == [2]
-    proposer.use((near,))
+    assert proposer.begin(GenerationParams(corpora=(near,)))
     assert proposer.propose([4, 5, 6, 7], 4).candidates[0].tokens == [1]
+    assert not proposer.begin(GenerationParams())  # no corpora: it proposes nothing

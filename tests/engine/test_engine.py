@@ -220,7 +220,7 @@ def test_warm_of_a_cached_prompt_runs_no_pass(target_model):
 
 def test_warm_stops_between_chunks_and_keeps_what_it_computed(target_model):
     engine = make_engine(target_model)
-    engine.prefill_rate = 32.0  # 32 tokens/s: a 0.25 s chunk holds 8 tokens
+    engine.calibration.prefill_rate = 32.0  # 32 tokens/s: a 0.25 s chunk holds 8 tokens
     prompt = PROMPTS[2] * 4  # 44 tokens
     computed = engine.warm(prompt, CancelAfter(checks=2), chunk_s=0.25)
     assert computed == 16  # two chunks of 8, then the request's cancel was seen
@@ -231,7 +231,7 @@ def test_warm_stops_between_chunks_and_keeps_what_it_computed(target_model):
 
 def test_warm_interrupted_inside_a_chunk_drops_that_chunk_only(target_model):
     engine = make_engine(target_model)
-    engine.prefill_rate = 32.0  # a 0.25 s chunk holds 8 tokens
+    engine.calibration.prefill_rate = 32.0  # a 0.25 s chunk holds 8 tokens
     prompt = PROMPTS[2] * 4  # 44 tokens
     stop = PreemptAfter(3)  # both layers of the first chunk, one of the second
     computed = engine.warm(prompt, stop, chunk_s=0.25)

@@ -153,7 +153,7 @@ def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
     assert target.parked == 5
     before = target.forward([BASE])[0]
     target.crop(len(target.ids) - 1)
-    target._compact()
+    target.compact()
     assert target.parked == 0
     assert torch.equal(target.forward([BASE])[0], before)
     saved = target.llama.save(PARKED)
@@ -210,7 +210,7 @@ def test_the_engine_runs_on_the_free_cores_and_a_row_does_not_depend_on_them(tin
     tokens all the same."""
     free = [2]
     engine = make_engine(model(tiny_gguf))
-    engine.threads = lambda: free[0]
+    engine.free_threads = lambda: free[0]
     expected = engine.generate(PROMPTS[0], GenerationParams(max_tokens=30, speculate=False)).run()
     assert engine.target.llama.threads == 2
     free[0] = 1

@@ -52,7 +52,7 @@ def looked_ahead(path) -> GgmlModel:
     # the root is PROMPT[:-1]; a, b, c and d in a first pass (four rows), e after c in a
     # second, on the cells of the first
     assert rows == 5 and target.forward_calls - calls == 0  # (look-ahead passes are not counted)
-    assert target.ahead is not None and target.ahead.root == len(PROMPT) - 1
+    assert target.ahead.standing is not None and target.ahead.standing.root == len(PROMPT) - 1
     return target
 
 
@@ -61,7 +61,7 @@ def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(
     target = looked_ahead(tiny_gguf)
     assert target.looked_ahead(ids)
     logits, reused, computed = target.prefill(ids)
-    assert (reused, computed) == (len(ids), 0) and target.ahead is None
+    assert (reused, computed) == (len(ids), 0) and target.ahead.standing is None
     expected, fresh = after_prompt(tiny_gguf, ids)
     assert torch.equal(logits, expected)
     assert target.sequence() == ids == target.ids
@@ -127,7 +127,7 @@ def test_parked_look_ahead_cells_are_given_back_and_the_text_stays(tiny_gguf):
 
 def engine_for(target: GgmlModel) -> Engine:
     engine = Engine(target, policy=SpeculationPolicy())
-    engine.pad_single_row = False  # ggml's padded rows are exact (``rows_are_exact``)
+    engine.calibration.pad_single_row = False  # ggml's padded rows are exact (``rows_are_exact``)
     return engine
 
 
@@ -141,7 +141,7 @@ def test_completions_are_the_same_with_and_without_look_ahead(tiny_gguf, specula
     params = GenerationParams(max_tokens=12, speculate=speculate)
     reference = engine_for(model(tiny_gguf))
     first = reference.generate(PROMPT, params).run()
-    candidates = next_of(reference.prompt_logits[1])
+    candidates = next_of(reference.warm_ups.prompt_logits[1])
     for ids in [*candidates, PROMPT[:30]]:
         plain = engine_for(model(tiny_gguf))
         plain.generate(PROMPT, params).run()
@@ -162,11 +162,11 @@ def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(tiny_g
     params = GenerationParams(max_tokens=8)
     reference = engine_for(model(tiny_gguf))
     reference.generate(PROMPT, params).run()
-    ids = next_of(reference.prompt_logits[1])[0]
+    ids = next_of(reference.warm_ups.prompt_logits[1])[0]
     expected = reference.generate(ids, params).run()
     engine = engine_for(model(tiny_gguf))
     engine.generate(PROMPT, params).run()
     assert engine.look_ahead(PROMPT, next_of, PreemptAfter(0)) == 0
-    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.prompt_logits[1]))
+    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1]))
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead

@@ -35,7 +35,11 @@ def looked_ahead(model) -> CachedModel:
     rows = cached.look_ahead(NEXT, known={tuple(PROMPT): logits})
     # the root is PROMPT[:-1]; computed: 41 beside PROMPT's last token (which stays cached as the
     # tree's first node), and 40, 42, 43, 44 after it (42 shared)
-    assert rows == 5 and cached.ahead is not None and cached.ahead.root == len(PROMPT) - 1
+    assert (
+        rows == 5
+        and cached.ahead.standing is not None
+        and cached.ahead.standing.root == len(PROMPT) - 1
+    )
     return cached
 
 
@@ -49,7 +53,7 @@ def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(
     assert torch.equal(logits, cold_logits(w8a8_model, ids))
     # the cache holds that prompt, then (for PROMPT) the branches computed after it
     assert cached.sequence() == ids
-    assert cached.ahead is None if ids != PROMPT else cached.looked_ahead(NEXT[0])
+    assert cached.ahead.standing is None if ids != PROMPT else cached.looked_ahead(NEXT[0])
     # and the next pass is what it is after a cold prefill of that prompt
     cold = CachedModel(w8a8_model, prefill_chunk=8)
     cold.prefill(ids)
@@ -99,21 +103,21 @@ def test_a_branch_taken_keeps_what_was_computed_after_it(w8a8_model):
     calls = cached.forward_calls
     assert torch.equal(cached.prefill(PROMPT + [40])[0], cold_logits(w8a8_model, PROMPT + [40]))
     # the rest of that branch stands, rooted after it; the other branches are gone
-    assert cached.sequence() == PROMPT + [40] and cached.ahead.root == len(PROMPT) + 1
+    assert cached.sequence() == PROMPT + [40] and cached.ahead.standing.root == len(PROMPT) + 1
     assert not cached.looked_ahead(NEXT[1])
     for ids in (PROMPT + [40, 51, 52], PROMPT + [40, 50]):
         assert cached.looked_ahead(ids)
     logits, reused, computed = cached.prefill(PROMPT + [40, 51, 52])
     assert (reused, computed) == (len(PROMPT) + 3, 0) and cached.forward_calls == calls
     assert torch.equal(logits, cold_logits(w8a8_model, PROMPT + [40, 51, 52]))
-    assert cached.ahead is None and cached.ids == PROMPT + [40, 51, 52]
+    assert cached.ahead.standing is None and cached.ids == PROMPT + [40, 51, 52]
     assert torch.equal(cached.forward([7]), _cold_after(w8a8_model, PROMPT + [40, 51, 52], [7]))
 
 
 def test_prompts_that_leave_the_root_start_a_new_look_ahead(w8a8_model):
     cached = looked_ahead(w8a8_model)
     other = PROMPT[:-3] + [70]
-    assert cached.look_ahead([other]) == 1 and cached.ahead.root == len(PROMPT) - 3
+    assert cached.look_ahead([other]) == 1 and cached.ahead.standing.root == len(PROMPT) - 3
     assert cached.looked_ahead(other) and not cached.looked_ahead(NEXT[0])
     assert torch.equal(cached.prefill(other)[0], cold_logits(w8a8_model, other))
 
@@ -121,7 +125,7 @@ def test_prompts_that_leave_the_root_start_a_new_look_ahead(w8a8_model):
 @pytest.mark.parametrize("surgery", ["crop", "keep", "forward", "reset"])
 def test_any_other_use_of_the_cache_ends_the_look_ahead_first(w8a8_model, surgery):
     cached = looked_ahead(w8a8_model)
-    root = cached.ahead.root
+    root = cached.ahead.standing.root
     if surgery == "crop":
         cached.crop(10)
         assert cached.ids == PROMPT[:10]
@@ -135,7 +139,7 @@ def test_any_other_use_of_the_cache_ends_the_look_ahead_first(w8a8_model, surger
     else:
         cached.reset()
         assert cached.ids == []
-    assert cached.ahead is None
+    assert cached.ahead.standing is None
 
 
 @pytest.mark.parametrize("known", [False, True])
@@ -147,7 +151,7 @@ def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model, known):
     # what stays: the prompt the caller knows (still cached), else just the root
     assert cached.looked_ahead(PROMPT) == known
     if not known:
-        assert cached.ahead is None and cached.ids == PROMPT[:-1]
+        assert cached.ahead.standing is None and cached.ids == PROMPT[:-1]
     logits, reused, _ = cached.prefill(NEXT[0])
     assert reused == len(PROMPT) - (0 if known else 1)
     assert torch.equal(logits, cold_logits(w8a8_model, NEXT[0]))
@@ -155,7 +159,9 @@ def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model, known):
 
 def engine_for(model) -> Engine:
     engine = Engine(CachedModel(model, prefill_chunk=8), policy=SpeculationPolicy())
-    engine.pad_single_row = False  # w8a8: one-row passes are exact (``calibrate`` checks)
+    engine.calibration.pad_single_row = (
+        False  # w8a8: one-row passes are exact (``calibrate`` checks)
+    )
     return engine
 
 
@@ -170,7 +176,7 @@ def test_completions_are_the_same_with_and_without_look_ahead(w8a8_model, specul
     params = GenerationParams(max_tokens=12, speculate=speculate)
     plain = engine_for(w8a8_model)
     first = plain.generate(PROMPT, params).run()
-    candidates = next_of(plain.prompt_logits[1])
+    candidates = next_of(plain.warm_ups.prompt_logits[1])
     expected = {tuple(ids): plain.generate(ids, params).run() for ids in candidates}
     expected[(1, 2, 3)] = plain.generate([1, 2, 3], params).run()
 
@@ -195,7 +201,7 @@ def test_a_look_ahead_stopped_in_its_second_pass_keeps_the_first(w8a8_model):
     layers = w8a8_model.config.num_hidden_layers
     rows = engine.look_ahead(PROMPT, next_of, PreemptAfter(layers + 1))
     assert rows == AHEAD_FIRST
-    candidates = next_of(engine.prompt_logits[1])
+    candidates = next_of(engine.warm_ups.prompt_logits[1])
     assert [engine.target.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
         False
     ] * (len(candidates) - AHEAD_FIRST)
@@ -210,7 +216,7 @@ def test_the_second_token_of_a_prompt_computed_ahead_needs_no_pass_either(w8a8_m
     params = GenerationParams(max_tokens=10, speculate=speculate)
     reference = engine_for(w8a8_model)
     reference.generate(PROMPT, params).run()
-    candidates = next_of(reference.prompt_logits[1])
+    candidates = next_of(reference.warm_ups.prompt_logits[1])
     for ids in candidates:
         reference.target.reset()
         expected = reference.generate(ids, params)
@@ -229,21 +235,21 @@ def test_the_second_token_of_a_prompt_computed_ahead_needs_no_pass_either(w8a8_m
 
 def test_look_ahead_stays_off_where_one_row_passes_round_differently(target_model):
     engine = Engine(CachedModel(target_model, prefill_chunk=8))
-    assert engine.pad_single_row  # until calibrate() proves otherwise
+    assert engine.calibration.pad_single_row  # until calibrate() proves otherwise
     engine.generate(PROMPT, GenerationParams(max_tokens=3)).run()
     assert engine.look_ahead(PROMPT, next_of, StopSignal()) == 0
-    assert engine.target.ahead is None
+    assert engine.target.ahead.standing is None
 
 
 def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(w8a8_model):
     params = GenerationParams(max_tokens=8)
     reference = engine_for(w8a8_model)
     reference.generate(PROMPT, params).run()
-    ids = next_of(reference.prompt_logits[1])[0]
+    ids = next_of(reference.warm_ups.prompt_logits[1])[0]
     expected = reference.generate(ids, params).run()
     engine = engine_for(w8a8_model)
     engine.generate(PROMPT, params).run()
     assert engine.look_ahead(PROMPT, next_of, PreemptAfter(1)) == 0
-    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.prompt_logits[1]))
+    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1]))
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead

@@ -44,16 +44,16 @@ def test_chain_length_follows_each_tokens_acceptance():
 
 def span_of(policy: SpeculationPolicy, evidence: int, support: str = "", n: int = 8) -> list:
     """Per-token rates of an ``n``-token n-gram span of that kind, as the decode loop asks."""
-    return span_rates(*policy.acceptance.ngram_rates(evidence, support), n)
+    return span_rates(*policy.acceptance.span_rates(evidence, support), n)
 
 
 def test_acceptance_is_learned_per_match_length():
     policy = policy_with(CPU_COSTS)
     for _ in range(40):
-        policy.acceptance.observe_ngram(evidence=6, proposed=8, accepted=8)  # long matches hold
-        policy.acceptance.observe_ngram(evidence=1, proposed=8, accepted=0)  # one-token ones do not
+        policy.acceptance.observe_span(evidence=6, proposed=8, accepted=8)  # long matches hold
+        policy.acceptance.observe_span(evidence=1, proposed=8, accepted=0)  # one-token ones do not
     policy.acceptance.begin_request()  # (this test's request saw both kinds)
-    rates = policy.acceptance.ngram_rates
+    rates = policy.acceptance.span_rates
     assert min(rates(6)) > 0.9 and rates(1)[0] < 0.1
     assert policy.chain_length(span_of(policy, 6)) >= 3
     assert policy.chain_length(span_of(policy, 1)) == 0
@@ -64,9 +64,9 @@ def test_a_spans_first_token_and_the_rest_are_learned_apart():
     first rate, a good later one (one rate for all would be the average of the two)."""
     policy = policy_with(CPU_COSTS)
     for i in range(40):
-        policy.acceptance.observe_ngram(evidence=2, proposed=6, accepted=6 if i % 4 == 0 else 0)
+        policy.acceptance.observe_span(evidence=2, proposed=6, accepted=6 if i % 4 == 0 else 0)
     policy.acceptance.begin_request()
-    first, then = policy.acceptance.ngram_rates(2)
+    first, then = policy.acceptance.span_rates(2)
     assert first == pytest.approx(0.25, abs=0.06) and then > 0.9
     # E = 1 + 0.25 (1 + 0.9 + 0.81): a pass of 4 pays here (one rate of ~0.4 for all four
     # tokens would say 1.65 tokens, and pick a narrower pass)
@@ -81,7 +81,7 @@ def test_spans_start_from_the_rates_measured_for_their_kind():
     matches agree it is kept ~80% of the time."""
     policy = policy_with(((1, 0.122), (2, 0.149), (4, 0.175), (8, 0.230)))
     policy.acceptance.begin_request("block")
-    rates = policy.acceptance.ngram_rates
+    rates = policy.acceptance.span_rates
     assert rates(1, UNANIMOUS)[0] > 3 * rates(1, SPLIT)[0]
     assert policy.chain_length(span_of(policy, 1, SPLIT, n=1)) == 0
     assert policy.chain_length(span_of(policy, 1, SINGLE, n=1)) == 0
@@ -97,16 +97,16 @@ def test_acceptance_is_learned_per_context():
     policy = policy_with(CPU_COSTS)
     for _ in range(20):
         policy.acceptance.begin_request("line")
-        policy.acceptance.observe_ngram(evidence=3, proposed=4, accepted=0)
+        policy.acceptance.observe_span(evidence=3, proposed=4, accepted=0)
         policy.acceptance.begin_request("block")
-        policy.acceptance.observe_ngram(evidence=3, proposed=4, accepted=4)
+        policy.acceptance.observe_span(evidence=3, proposed=4, accepted=4)
     policy.acceptance.begin_request("line")
-    line = policy.acceptance.ngram_rates(3)
+    line = policy.acceptance.span_rates(3)
     policy.acceptance.begin_request("block")
-    block = policy.acceptance.ngram_rates(3)
+    block = policy.acceptance.span_rates(3)
     policy.acceptance.begin_request("another")
     assert line[0] < 0.1 and min(block) > 0.9
-    assert policy.acceptance.ngram_rates(3) == pytest.approx((NGRAM_PRIOR, NGRAM_PRIOR))
+    assert policy.acceptance.span_rates(3) == pytest.approx((NGRAM_PRIOR, NGRAM_PRIOR))
     assert policy.chain_length(span_rates(*line, 8)) == 0
     assert policy.chain_length(span_rates(*block, 8)) >= 3
 
@@ -228,14 +228,14 @@ def test_a_width_that_stays_expensive_is_probed_less_and_less():
 def test_a_request_where_lookup_keeps_missing_stops_verifying_it():
     policy = policy_with(CPU_COSTS)
     for i in range(40):  # long run: the first token is kept half the time
-        policy.acceptance.observe_ngram(evidence=2, proposed=1, accepted=i % 2)
+        policy.acceptance.observe_span(evidence=2, proposed=1, accepted=i % 2)
     policy.acceptance.begin_request()
     assert policy.chain_length(span_of(policy, 2, n=4)) >= 1
     for _ in range(4):  # this request: four misses in a row
-        policy.acceptance.observe_ngram(evidence=2, proposed=1, accepted=0)
+        policy.acceptance.observe_span(evidence=2, proposed=1, accepted=0)
     assert policy.chain_length(span_of(policy, 2, n=4)) == 0
     policy.acceptance.begin_request()  # the next request starts from the long-run rate again
-    assert policy.acceptance.ngram_rates(2)[0] > 0.4
+    assert policy.acceptance.span_rates(2)[0] > 0.4
 
 
 @pytest.mark.parametrize(
