@@ -30,7 +30,6 @@ import torch
 from .engine import Generation, GenerationParams, StopRule, StopSignal
 
 
-
 class Reachability(Protocol):
     """A remote engine's reachability (``remote/health.py``): who is told when it changes."""
 

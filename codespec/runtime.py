@@ -85,7 +85,7 @@ def build_engine(
     draft: TargetBackend | None,
     stop_ids: set[int],
     draft_mode: str,
-    verdict: Path,
+    verdict: Path | None,
     skipped: str | None,
 ) -> Engine:
     """The engine over a loaded target (and draft), calibrated on this machine, for every
@@ -110,7 +110,7 @@ def build_engine(
     return engine
 
 
-def _draft_skipped(verdict: Path, use_draft: bool, draft_mode: str) -> str | None:
+def _draft_skipped(verdict: Path | None, use_draft: bool, draft_mode: str) -> str | None:
     """Why an earlier start's verdict says not to load the draft (None: load it)."""
     return draft_verdict.cached_note(verdict) if use_draft and draft_mode == "auto" else None
 

@@ -215,7 +215,9 @@ def run_engines(pair_name: str, engines, holes, levels, settings, log=print) -> 
                 results[label].append(figures)
                 log(f"{label}: {editors} editors: {level_line(figures)}")
         finally:
-            pair.engine.close()
+            close = getattr(pair.engine, "close", None)  # (a remote engine's HTTP client)
+            if close is not None:
+                close()
     return dict(engines={label: c.describe() for label, c in engines}, levels=results)
 
 

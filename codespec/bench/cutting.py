@@ -51,6 +51,8 @@ FUNCTION_TYPES = {
 
 
 def _nodes(text: str, lang: Language) -> Iterator:
+    if lang.parser is None:
+        return
     tree = lang.parser.parse(text.encode("utf-8"))
     stack = [tree.root_node]
     while stack:

@@ -27,7 +27,8 @@ MAX_JSON_BYTES = 256 << 20
 # what the docs writer reads of a run's JSON
 RESULT_KEYS = ("command", "machine", "model", "settings", "costs", "overall", "memory", "load_s")
 RESULT_KEYS += ("corpus", "missing")
-QUICK = dict(languages=("python",), kinds=corpus.KINDS, per_kind=1, max_tokens=32)
+# the fixed subset CI runs: its languages, kinds, holes per kind and tokens per completion
+QUICK_LANGUAGES, QUICK_KINDS, QUICK_PER_KIND, QUICK_MAX_TOKENS = ("python",), corpus.KINDS, 1, 32
 
 
 class BenchError(Exception):
@@ -40,10 +41,10 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
         raise BenchError("--prompt-seconds must be between 0 and 600")
     if args.quick:
         return (
-            list(QUICK["languages"]),
-            list(QUICK["kinds"]),
-            QUICK["per_kind"],
-            QUICK["max_tokens"],
+            list(QUICK_LANGUAGES),
+            list(QUICK_KINDS),
+            QUICK_PER_KIND,
+            QUICK_MAX_TOKENS,
         )
     languages = _names(args.languages, "--languages") or list(LANGUAGES)
     kinds = _names(args.kinds, "--kinds") or list(corpus.KINDS)
@@ -178,7 +179,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
     log(
         f"{machine.cpu_kind()}: {pair.quantization}; "
         f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
-        f"one-row passes exact: {not pair.engine.calibration.pad_single_row}"
+        f"one-row passes exact: {not pair.local.calibration.pad_single_row}"
     )
     settings = BenchSettings(max_tokens=max_tokens)
     if args.prompt_seconds is not None:
@@ -198,11 +199,11 @@ def run(args: argparse.Namespace, log=print) -> dict:
             device=pair.device,
             dtype=pair.dtype,
             quantization=pair.quantization,
-            one_row_exact=not pair.engine.calibration.pad_single_row,
+            one_row_exact=not pair.local.calibration.pad_single_row,
             prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
             torch=torch.__version__,
-            threads=pair.engine.max_threads,
+            threads=pair.local.max_threads,
         ),
         model=pair.model_label,
         load_s=load_s,

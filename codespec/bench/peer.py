@@ -21,7 +21,7 @@ from ..runtime import LoadedPair
 from ..stops import StopChecker, TextStopRule
 from .corpus import Hole
 from .report import fmt, rate
-from .runner import BenchSettings, cursor_of, options_for, prompt_ids, rounds_for, typed_at_cursor
+from .runner import BenchSettings, cursor_of, mode_of, prompt_ids, rounds_for, typed_at_cursor
 
 
 def require() -> None:
@@ -52,8 +52,7 @@ def load_llama(model_path: str, prompt_lookup: bool):
 
 def generate(llm, pair: LoadedPair, hole: Hole, prompt: list[int], max_tokens: int) -> dict:
     """Greedy tokens for ``prompt`` until a stop; times from the call to each token."""
-    mode = options_for(hole, BenchSettings()).mode
-    rule = TextStopRule(pair.tokenizer, StopChecker(cursor_of(hole), mode))
+    rule = TextStopRule(pair.tokenizer, StopChecker(cursor_of(hole), mode_of(hole)))
     tokens: list[int] = []
     t0 = time.perf_counter()
     ttft = None

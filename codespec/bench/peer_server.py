@@ -29,7 +29,7 @@ from ..remote.sse import SseParser
 from ..stops import StopChecker, TextStopRule
 from .corpus import Hole
 from .peer import Complete
-from .runner import BenchSettings, cursor_of, options_for
+from .runner import cursor_of, mode_of
 
 START_TIMEOUT_S = 180.0  # loading two GGUF files on a slow 2-core machine
 RESPONSE_LIMIT = 8 << 20  # bytes of one streamed completion
@@ -105,7 +105,7 @@ def completer(client: httpx.Client, url: str, tokenizer, stop_ids: set[int]) -> 
         return body | dict(cache_prompt=True, return_tokens=True, stream=stream)
 
     def complete(hole: Hole, prompt: list[int], max_tokens: int) -> dict:
-        checker = StopChecker(cursor_of(hole), options_for(hole, BenchSettings()).mode)
+        checker = StopChecker(cursor_of(hole), mode_of(hole))
         streamed: list[int] = []
         arrivals: list[tuple[int, float]] = []  # (tokens generated so far, seconds) per event
         text, drafted, accepted = "", None, None

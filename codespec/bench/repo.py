@@ -90,6 +90,8 @@ def cut_repo_holes(
             continue
         own = {d.name for d in index.files[relative].definitions}
         tree = parse(lang, text)
+        if tree is None:
+            continue
         source = text.encode("utf-8")
         uses = []
         for match in NAME.finditer(text):

@@ -56,8 +56,10 @@ def priced_pair(row: dict, prices: dict[int, float]) -> tuple[float, float] | No
     mean time to it."""
     spec, plain = row["spec"], row["plain"]
     first_ms = (spec["ttft_ms"] + plain["ttft_ms"]) / 2
-    both = priced_ms(spec, prices, first_ms), priced_ms(plain, prices, first_ms)
-    return None if None in both else both
+    spec_ms, plain_ms = priced_ms(spec, prices, first_ms), priced_ms(plain, prices, first_ms)
+    if spec_ms is None or plain_ms is None:
+        return None
+    return spec_ms, plain_ms
 
 
 def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
@@ -87,9 +89,10 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
 
     spec_tok_s = spec_tokens / spec_s if spec_s else None
     plain_tok_s = plain_tokens / plain_s if plain_s else None
-    priced = [priced_pair(r, prices) for r in rows] if prices else []
+    found = [priced_pair(r, prices) for r in rows] if prices else []
+    priced = [p for p in found if p is not None]
     priced_speedup = None
-    if priced and None not in priced and spec_tokens and plain_tokens:
+    if priced and len(priced) == len(found) and spec_tokens and plain_tokens:
         spec_priced, plain_priced = (sum(p[i] for p in priced) for i in (0, 1))
         priced_speedup = (spec_tokens / spec_priced) / (plain_tokens / plain_priced)
     return dict(

@@ -26,6 +26,7 @@ import torch
 from rapidfuzz.distance import Levenshtein
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
+from ..engine import GenerationStats
 from ..languages import LANGUAGES, has_syntax_error
 from ..runtime import LoadedPair
 from ..stops import Cursor, Mode
@@ -40,12 +41,17 @@ class BenchSettings:
     prompt_seconds: float = 2.5  # ... sized to a cold prefill of this long (0: the limits)
 
 
-def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:
+def mode_of(hole: Hole) -> Mode:
     """Rest-of-line holes are single-line completions; the other kinds multi-line."""
+    return Mode.LINE if hole.kind == "line" else Mode.BLOCK
+
+
+def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:
+    """The options ``complete`` gets for ``hole`` (its mode: ``mode_of``)."""
     options = CompletionOptions(
         max_tokens=settings.max_tokens,
         line_max_tokens=settings.max_tokens,
-        mode=Mode.LINE if hole.kind == "line" else Mode.BLOCK,
+        mode=mode_of(hole),
         prefix_tokens=settings.prefix_tokens,
         suffix_tokens=settings.suffix_tokens,
         prompt_seconds=settings.prompt_seconds,
@@ -72,12 +78,15 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
         return complete(pair, cursor, options_for(hole, settings, **changes), path=path)
 
     cold = run(max_tokens=1, line_max_tokens=1)
+    if cold.anchor is None:
+        raise ValueError(f"no completion is made at {hole.file}:{hole.start} (mode none)")
     prompt = cold.anchor.ids
     check_no_leak(hole, *prompt_texts(pair, prompt))
 
-    engine = pair.engine
+    engine = pair.local
     decisions_before = dict(engine.policy.decisions)
     first: dict[str, CompletionResult] = {}
+    start = copy.deepcopy(engine.policy)  # (replaced below by the speculative run's own start)
     for speculate in (True, False) if spec_first else (False, True):
         if speculate:
             start = copy.deepcopy(engine.policy)  # what the speculative run starts from
@@ -85,7 +94,7 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
     spec, plain = first["spec"], first["plain"]
     decisions = {k: v - decisions_before.get(k, 0) for k, v in engine.policy.decisions.items()}
     rounds, learned = [first], engine.policy
-    for i in range(1, rounds_for(plain.stats.tokens)):
+    for i in range(1, rounds_for(stats_of(plain).tokens)):
         again: dict[str, CompletionResult] = {}
         for speculate in (True, False) if spec_first == (i % 2 == 0) else (False, True):
             engine.policy = copy.deepcopy(start)  # the first speculative run's situation
@@ -105,9 +114,9 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: 
     return dict(
         hole=hole.describe(),
         prompt_tokens=len(prompt),
-        cold_ttft_ms=1000 * cold.stats.ttft_s,
-        ttft_ms=1000 * warm.stats.ttft_s,
-        warm_prefill_tokens=warm.stats.prefill_tokens,
+        cold_ttft_ms=1000 * stats_of(cold).ttft_s,
+        ttft_ms=1000 * stats_of(warm).ttft_s,
+        warm_prefill_tokens=stats_of(warm).prefill_tokens,
         spec=run_record(spec, [r["spec"] for r in rounds]),
         plain=run_record(plain, [r["plain"] for r in rounds]),
         draft_decisions=decisions,
@@ -134,11 +143,18 @@ def rounds_for(tokens: int) -> int:
     return max(1, min(MAX_ROUNDS, -(-ROUND_TOKENS // max(tokens, 1))))
 
 
+def stats_of(result: CompletionResult) -> GenerationStats:
+    """A hole's counters (a hole is cut where a completion is made: the model always runs)."""
+    if result.stats is None:
+        raise ValueError("no model ran for this hole (mode none)")
+    return result.stats
+
+
 def run_record(result: CompletionResult, rounds: list[CompletionResult] | None = None) -> dict:
     """One mode's figures for a hole: the first round's counts and the median time of all
     rounds (``rounds``, the first included; just ``result`` when None)."""
-    s = result.stats
-    times = [1000 * r.stats.total_s for r in rounds or [result]]
+    s = stats_of(result)
+    times = [1000 * stats_of(r).total_s for r in rounds or [result]]
     return dict(
         tokens=s.tokens,
         passes=s.target_passes + 1,  # the first token comes from the prefill pass
@@ -193,7 +209,7 @@ def divergence_gap(
     pass decided the token, not a wrong acceptance."""
     a, b = plain.tokens, spec.tokens
     first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
-    logits, _, _ = pair.engine.target.prefill(prompt + a[:first])
+    logits, _, _ = pair.local.target.prefill(prompt + a[:first])
     top = torch.topk(logits.float(), 2).values
     return float(top[0] - top[1])
 

@@ -138,7 +138,7 @@ class TreeLookAhead:
             raise
         finally:
             for ids, row in known.items():  # those the tree spells, or that end at the root
-                if len(_spelled(tree, ids[root:])) == len(ids) - root:
+                if len(_spelled(tree, list(ids[root:]))) == len(ids) - root:
                     ahead.logits.setdefault(tuple(ids[root:]), row)
             self.standing = ahead if ahead.logits else None
             if self.standing is None:

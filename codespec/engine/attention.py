@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -102,7 +102,7 @@ def _visible(key, value, mask, row: int) -> tuple[torch.Tensor, torch.Tensor]:
     return key.index_select(2, index), value.index_select(2, index)
 
 
-def use_rowwise_attention(model: torch.nn.Module) -> None:
+def use_rowwise_attention(model: PreTrainedModel) -> None:
     """Switch a Hugging Face model to row-wise attention (decode passes and prefill)."""
     AttentionInterface.register(NAME, rowwise_attention)
     # The masks SDPA gets (without one registered, transformers passes no mask at all and a

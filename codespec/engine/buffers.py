@@ -9,6 +9,7 @@ continues from part of another, see ``slots.py``) copies the part it shares.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -30,6 +31,7 @@ class GrowingLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        assert self.keys is not None and self.values is not None  # (initialized above)
         n = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         end = n + key_states.shape[-2]
         if not self._can_write(end):
@@ -44,6 +46,8 @@ class GrowingLayer(DynamicLayer):
     def _can_write(self, end: int) -> bool:
         return (
             self.buffers is not None
+            and self.keys is not None
+            and self.values is not None
             and self.buffers[0].shape[-2] >= end
             and self.keys.data_ptr() == self.buffers[0].data_ptr()
             and self.values.data_ptr() == self.buffers[1].data_ptr()
@@ -53,7 +57,7 @@ class GrowingLayer(DynamicLayer):
         shape = (*like.shape[:-2], capacity, like.shape[-1])
         key_buffer = like.new_empty(shape)
         value_buffer = like.new_empty(shape)
-        if n:
+        if n and self.keys is not None and self.values is not None:
             key_buffer[..., :n, :] = self.keys
             value_buffer[..., :n, :] = self.values
         self.buffers = (key_buffer, value_buffer)
@@ -63,7 +67,7 @@ class GrowingLayer(DynamicLayer):
         super().reset()
 
 
-def growing(cache):
+def growing(cache: Any) -> Any:
     """``cache`` with its plain full-attention layers replaced by ``GrowingLayer``s."""
     cache.layers = [
         GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
@@ -83,7 +87,7 @@ def cache_bytes(cache) -> int:
     return total
 
 
-def fork(cache, n: int):
+def fork(cache: Any, n: int) -> Any:
     """A cache holding a copy of the first ``n`` positions of ``cache``: each then appends to
     buffers of its own, so the two never change each other."""
     forked = copy.copy(cache)

@@ -92,31 +92,31 @@ class Calibration:
 
 @dataclass
 class DraftLife:
-    """Whether the draft model is worth keeping, judged on the policy's prices: at load, and
-    again once ``DRAFT_RECHECK_PASSES`` real passes have measured them. The engine drops the
-    draft when ``judge`` says so; this records why, and tells whoever listens (the daemon
+    """Whether the draft model is worth keeping, judged on the engine policy's prices: at load,
+    and again once ``DRAFT_RECHECK_PASSES`` real passes have measured them. The engine drops the
+    draft when ``cannot_pay`` says so; this records why, and tells whoever listens (the daemon
     remembers the verdict for later starts: ``draft_verdict.py``)."""
 
-    policy: SpeculationPolicy
     note: str = ""  # why the draft was released or never loaded, if it was
     step_ratio: float | None = None  # draft step / target pass, when released
     on_released: Callable[[float], None] | None = None
 
-    def cannot_pay(self, running: bool) -> bool:
+    def cannot_pay(self, policy: SpeculationPolicy, running: bool) -> bool:
         """Whether the draft should go: in ``auto`` mode, when its measured step costs too
         much of a target pass for it to pay even at a good acceptance rate (``running``: judge
         only once enough real passes have been measured)."""
-        if self.policy.draft_mode != "auto":
+        if policy.draft_mode != "auto":
             return False
-        if running and self.policy.costs.passes < DRAFT_RECHECK_PASSES:
+        if running and policy.costs.passes < DRAFT_RECHECK_PASSES:
             return False
-        return not self.policy.draft_can_pay()
+        return not policy.draft_can_pay()
 
-    def released(self) -> None:
+    def released(self, policy: SpeculationPolicy) -> None:
         """The draft was dropped: say why, turn drafting off, tell the listener."""
-        ratio = self.policy.costs.draft_step_s.value / self.policy.costs.price(1)
+        step = policy.costs.draft_step_s.value or 0.0  # (measured: it was judged on it)
+        ratio = step / policy.costs.price(1)
         self.step_ratio = ratio
         self.note = f"draft released: {draft_cost_note(ratio)}"
-        self.policy.turn_draft_off()
+        policy.turn_draft_off()
         if self.on_released is not None:
             self.on_released(ratio)

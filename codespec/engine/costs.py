@@ -89,8 +89,8 @@ class PassCosts:
         straight line between the nearest measured widths either side, else, past the widest
         measured, that one's cost made ``GUESS_PER_DOUBLING`` dearer per doubling of the width
         bucket."""
-        if width in self.pass_s and self.pass_s[width].value is not None:
-            return self.pass_s[width].value
+        if width in self.pass_s and (own := self.pass_s[width].value) is not None:
+            return own
         known = self.measured()
         if not known:
             return 1.0

@@ -25,6 +25,7 @@ quantized and fused layers work unchanged); only the glue between them is writte
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -45,7 +46,7 @@ def supports(model: torch.nn.Module) -> bool:
 
 
 def forward(
-    model: torch.nn.Module,
+    model: Any,  # a Hugging Face causal LM of ``ARCHITECTURES``: its parts are reached by name
     input_ids: torch.Tensor,  # (1, q)
     cache,  # a transformers Cache; each layer's keys and values are appended
     position_ids: torch.Tensor,  # (1, q)
@@ -89,7 +90,7 @@ def decoder_layer(layer, index: int, h, rotary, cache, tree_mask, chain: bool) -
     return h + mlp.down_proj(mlp.act_fn(gate).mul_(up))
 
 
-def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:  # (an RMSNorm module: weight, eps)
     """``weight * x / sqrt(mean(x^2) + eps)``, in float32 whatever the activations' dtype
     (Hugging Face's ``Qwen2RMSNorm``/``LlamaRMSNorm``, op for op)."""
     dtype = x.dtype

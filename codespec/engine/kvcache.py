@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ class CachedModel:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: Any,  # a transformers causal LM (its config and parts are reached by name)
         prefill_chunk: int = 256,
         slots: int = 4,
         parked_budget_bytes: int = PARKED_BUDGET_BYTES,
@@ -58,8 +59,8 @@ class CachedModel:
         self.model = model
         self.device = next(model.parameters()).device
         self.prefill_chunk = prefill_chunk
-        self._new_cache = lambda: growing(DynamicCache(config=model.config))
-        self.cache = self._new_cache()
+        self._new_cache: Callable[[], Any] = lambda: growing(DynamicCache(config=model.config))
+        self.cache: Any = self._new_cache()  # a transformers Cache of ``GrowingLayer``s
         self.ids: list[int] = []  # the tokens whose keys/values are in the cache, in order
         self.pool = SlotPool(cache_bytes, slots, parked_budget_bytes)  # the other places
         self.forward_calls = 0

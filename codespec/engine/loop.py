@@ -111,7 +111,7 @@ class Engine:
         self.policy.costs.use_threads(self.max_threads)  # what calibration will measure
         self.lock = threading.Lock()  # one generation at a time owns the caches
         self.calibration = Calibration()
-        self.draft_life = DraftLife(self.policy)
+        self.draft_life = DraftLife()
         self.warm_ups = WarmUps(target, self.lock, self.stop_ids, self.calibration)
 
     # -- what the generator seam asks (``generator.py``) --------------------------------------
@@ -160,18 +160,18 @@ class Engine:
     def calibrate(self) -> None:
         """Measure this machine at load (``Calibration.measure``) and judge the draft on it."""
         self.calibration.measure(self.target, self.policy, self.drafter)
-        if self.drafter is not None and self.draft_life.cannot_pay(running=False):
+        if self.drafter is not None and self.draft_life.cannot_pay(self.policy, running=False):
             self.release_draft()
 
     def release_draft(self) -> None:
         """Drop the draft model (its memory goes with it) and say why (``DraftLife``)."""
         self.proposers = [p for p in self.proposers if p.kind != Kind.DRAFT]
-        self.draft_life.released()
+        self.draft_life.released(self.policy)
 
     def reconsider_draft(self) -> bool:
         """Release the draft if the costs measured in real requests say it cannot pay.
         Returns whether it was released now."""
-        if self.drafter is None or not self.draft_life.cannot_pay(running=True):
+        if self.drafter is None or not self.draft_life.cannot_pay(self.policy, running=True):
             return False
         self.release_draft()
         return_freed_memory(collect=True)

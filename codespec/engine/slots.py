@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 # A prompt that leaves at most this many cached tokens unshared stays in the current slot (a
 # keystroke drops the previous completion's tokens, no more); a larger difference is another
@@ -38,14 +39,14 @@ class Slot:
     """A cache and the token ids it holds, in order."""
 
     ids: list[int]
-    cache: object
+    cache: Any  # what the backend keeps of it: torch's cache object, ggml's saved bytes
 
 
 @dataclass
 class SlotPool:
     """The parked slots, most recently used first (the current slot is its owner's)."""
 
-    size_of: Callable[[object], int]
+    size_of: Callable[[Any], int]
     slots: int = 4  # the current one included
     budget_bytes: int = PARKED_BUDGET_BYTES
     parked: list[Slot] = field(default_factory=list)

@@ -69,7 +69,7 @@ class TextCells(Protocol):
         stop: StopSignal | None,
         prefill_rows: int | None = None,
         pad: bool | None = None,
-    ) -> np.ndarray: ...
+    ) -> np.ndarray | None: ...
 
     def compact(self) -> None: ...
 
@@ -205,6 +205,7 @@ class GgmlLookAhead:
             for leaf in leaves:  # the pass's cells were dropped, not the sharing
                 self.text.llama.remove(leaf)
             raise
+        assert logits is not None  # (every row asked for its logits)
         for (tail, _, _), leaf, end in zip(batch, leaves, ends, strict=True):
             ahead.branches[tail] = leaf
             ahead.logits[tail] = torch.from_numpy(logits[end])

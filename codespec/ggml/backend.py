@@ -228,20 +228,20 @@ class GgmlModel:
         stop: StopSignal | None,
         prefill_rows: int | None = None,
         pad: bool | None = None,
-    ) -> np.ndarray:
-        """One llama.cpp pass; a decode pass of the target is padded to whole groups, and all
-        its rows ask for logits: llama.cpp runs the last layer and the output matrix on the
+    ) -> np.ndarray | None:
+        """One llama.cpp pass: the logits of the rows that ask (None: no row asks). A decode
+        pass of the target is padded to whole groups, and all its rows ask for logits: llama.cpp runs the last layer and the output matrix on the
         rows that ask only, so asking for fewer would change those kernels' width."""
         padding: list[Node] = []
+        wanted = [want for *_, want in nodes]
         pad = self.padded and prefill_rows is None if pad is None else pad
         if pad:
-            wanted = [want for *_, want in nodes]
             nodes = [(token, pos, seqs, True) for token, pos, seqs, _ in nodes]
             padding = [(nodes[-1][0], k, (PADDING,), True) for k in range(-len(nodes) % GROUP)]
         abort = (lambda: stop.stops_pass(prefill_rows)) if stop is not None else None
         try:
             logits = self.llama.decode(nodes + padding, abort)
-            if pad:
+            if pad and logits is not None:
                 logits = logits[: len(wanted)][np.array(wanted)]
             return logits
         except Aborted:
@@ -339,7 +339,7 @@ class GgmlModel:
             taken = self.pool.take(best)
             self._park_current()
             self.ids = taken.ids
-            self._restore(taken.cache)  # type: ignore[arg-type]  (bytes)
+            self._restore(taken.cache)
             return
         if self.pool.leaves_place(len(self.ids) - shared):
             self._end_tree()

@@ -15,6 +15,7 @@ import ctypes
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,10 @@ class LlamaContext:
     tokens of several sequences that share cells)."""
 
     def __init__(self, path: str, settings: Settings = Settings()) -> None:
-        L = self.L = import_llama()
+        # llama-cpp-python's ctypes bindings: its pointers are checked for NULL where they are
+        # made, and its integer types take Python ints, which its stubs do not say
+        L: Any = import_llama()
+        self.L = L
         L.llama_backend_init()
         self.settings = settings
         params = L.llama_model_default_params()
@@ -130,7 +134,9 @@ class LlamaContext:
 
     # -- passes ------------------------------------------------------------------------------
 
-    def decode(self, nodes: list[Node], abort_when: Callable[[], bool] | None = None):
+    def decode(
+        self, nodes: list[Node], abort_when: Callable[[], bool] | None = None
+    ) -> np.ndarray | None:
         """Decode ``nodes`` in one pass, in this order; return the logits of the rows that
         asked for them, (rows, vocab) float32, or None. ``abort_when`` is asked between graph
         nodes: once it says so the pass stops, llama.cpp drops the pass's cells, and this

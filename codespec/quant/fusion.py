@@ -27,7 +27,7 @@ from .layers import (
     Int8Weight,
     QuantLinear,
     QuantWeight,
-    kernel_form,
+    int8_form,
 )
 
 FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -69,18 +69,19 @@ def stacked(weights: list[QuantWeight], kernel: str) -> QuantWeight | None:
     none (int4 parts stored in different forms)."""
     if kernel in ("int8", "w8a8"):
         # per-row scales: the parts in the kernel's form, one by one, are the rows of the whole
-        parts = [kernel_form(w, kernel) for w in weights]
+        parts = [int8_form(w, kernel) for w in weights]
         same = {p.levels for p in parts}
         return Int8Weight(
             torch.cat([p.q for p in parts]),
             torch.cat([p.scale for p in parts]),
             same.pop() if len(same) == 1 else None,
         )
-    if all(isinstance(w, Int4Weight) for w in weights):
+    int4 = [w for w in weights if isinstance(w, Int4Weight)]
+    if len(int4) == len(weights):
         return Int4Weight(
-            torch.cat([w.q for w in weights]),
-            torch.cat([w.scale for w in weights]),
-            torch.cat([w.minimum for w in weights]),
+            torch.cat([w.q for w in int4]),
+            torch.cat([w.scale for w in int4]),
+            torch.cat([w.minimum for w in int4]),
         )
     return None
 

@@ -173,6 +173,8 @@ def measure(
             continue
         base = name.removesuffix(".weight")
         bias = weights.get(f"{base}.bias")
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            raise ValueError(f"{base}.bias is quantized: biases stay dense")
         by_proj.setdefault(projection(base), []).append((weight, bias))
     runs = []  # (dtype, projection, kernel)
     for dtype in DTYPES:
@@ -202,13 +204,13 @@ def measure(
 
     def weight_only(dtype: str, proj: str) -> tuple[str, float]:
         options = {k: cost(dtype, proj, k) for k in ("int4", "int8") if k in timings[dtype][proj]}
-        kernel = min(options, key=options.get)
+        kernel = min(options, key=lambda k: options[k])
         if "int4" in options and options[kernel] >= INT8_MUST_WIN_BY * options["int4"]:
             kernel = "int4"  # int8 does not win by enough to pay for its memory
         return kernel, options[kernel]
 
     totals = {d: sum(weight_only(d, p)[1] for p in by_proj) for d in DTYPES}
-    dtype = min(totals, key=totals.get)
+    dtype = min(totals, key=lambda d: totals[d])
     kernels = {p: weight_only(dtype, p)[0] for p in by_proj}
     other = next(d for d in DTYPES if d != dtype)
     reason = (

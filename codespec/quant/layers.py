@@ -166,11 +166,16 @@ def kernel_form(weight: QuantWeight, kind: str) -> QuantWeight:
     """The weight as kernel ``kind`` takes it: ``int8`` int8 weights as they are and int4 ones
     requantized to 8 bits; ``w8a8`` codes in ``-levels..levels`` (``w8a8_weight_levels``);
     ``int4`` as it is."""
-    if kind == "int8" and not isinstance(weight, Int8Weight):
-        return requantize_int8(weight, 127)
+    if kind in ("int8", "w8a8"):
+        return int8_form(weight, kind)
+    return weight
+
+
+def int8_form(weight: QuantWeight, kind: str) -> Int8Weight:
+    """The weight as the ``int8`` or ``w8a8`` kernel takes it (``kernel_form``)."""
     if kind == "w8a8":
         return requantize_int8(weight, w8a8_weight_levels())
-    return weight
+    return weight if isinstance(weight, Int8Weight) else requantize_int8(weight, 127)
 
 
 # The int4 kernel lays its packed weight out in blocks of output rows: 64 with AVX-512, 32 with
@@ -216,7 +221,7 @@ def prepack_w8a8(weight: Int8Weight):
     n, _ = weight.q.shape
     with warnings.catch_warnings():  # quantized tensors are deprecated in name only in 2.x
         warnings.simplefilter("ignore")
-        qweight = torch._make_per_channel_quantized_tensor(
+        qweight = torch._make_per_channel_quantized_tensor(  # pyright: ignore[reportPrivateImportUsage]  (fbgemm's input has no public maker)
             weight.q, weight.scale.double(), torch.zeros(n, dtype=torch.long), 0
         )
         return torch.ops.quantized.linear_prepack(qweight, None)
@@ -331,12 +336,12 @@ class QuantLinear(torch.nn.Module):
             pairs = torch.stack([weight.scale, zero], dim=-1).transpose(0, 1).contiguous()
             self.register_buffer("scale_zero", pairs.to(dtype))
         elif kind == "int8":
-            w8 = kernel_form(weight, kind)
+            w8 = int8_form(weight, kind)
             self.register_buffer("q8", w8.q.contiguous())
             self.register_buffer("scale", w8.scale.to(dtype))
         elif kind == "w8a8":
             # a TorchScript object, not a tensor: it is neither a buffer nor saved
-            self.packed_w8a8 = prepack_w8a8(kernel_form(weight, kind))
+            self.packed_w8a8 = prepack_w8a8(int8_form(weight, kind))
         else:
             raise ValueError(f"unknown kernel {kind!r}")
         self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), False)
@@ -374,17 +379,18 @@ class QuantEmbedding(torch.nn.Module):
             self.register_buffer("scale", weight.scale)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        scale = _rows_of(self.scale, ids)
+        scale = _rows_of(self.get_buffer("scale"), ids)
         if hasattr(self, "q8"):
-            return (_rows_of(self.q8, ids).float() * scale[..., None]).to(self.dtype)
-        packed = _rows_of(self.q4, ids)
+            rows = _rows_of(self.get_buffer("q8"), ids).float()
+            return (rows * scale[..., None]).to(self.dtype)
+        packed = _rows_of(self.get_buffer("q4"), ids)
         codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).float()
         groups = codes.reshape(*ids.shape, -1, GROUP)
-        out = groups * scale[..., None] - _rows_of(self.minimum, ids)[..., None]
+        out = groups * scale[..., None] - _rows_of(self.get_buffer("minimum"), ids)[..., None]
         return out.flatten(-2).to(self.dtype)
 
 
 def _rows_of(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``table[ids]`` by ``index_select``: advanced indexing into a (151936, 1536) table took
-    ~0.5 ms for two ids here, ``index_select`` ~0.07 ms."""
+    """``table[ids]`` by ``index_select``: advanced indexing into a vocabulary-sized table is
+    several times slower for the few ids of a decoding pass."""
     return table.index_select(0, ids.reshape(-1)).reshape(*ids.shape, *table.shape[1:])

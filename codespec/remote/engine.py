@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -265,11 +266,9 @@ class RemoteEngine:
 
     async def _make_client(self) -> httpx.AsyncClient:
         config = self.config
-        verify: bool | str = config.verify
+        verify: bool | str | ssl.SSLContext = config.verify
         if config.verify and config.ca_bundle:
-            import ssl
-
-            verify = ssl.create_default_context(cafile=config.ca_bundle)  # type: ignore[assignment]
+            verify = ssl.create_default_context(cafile=config.ca_bundle)
         timeout = httpx.Timeout(
             connect=config.connect_timeout_s,
             # a backstop only: the worker thread's own timeouts come first (``_read``)

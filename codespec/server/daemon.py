@@ -107,11 +107,12 @@ class Daemon:
                 pair = self._load()
                 health = pair.engine.health
                 if health is not None and loop is not None:  # a remote engine's reachability
-                    health.listeners.append(
-                        lambda state, message: loop.call_soon_threadsafe(
-                            self.tell_status, state, message
-                        )
-                    )
+                    sessions_loop = loop
+
+                    def tell(state: str, message: str) -> None:
+                        sessions_loop.call_soon_threadsafe(self.tell_status, state, message)
+
+                    health.listeners.append(tell)
                 freeze_resident_objects()  # no full collection walks the model again
                 self.slot.pair = pair
                 log.info(

@@ -87,7 +87,7 @@ class Job(Place):
     """A completion request: someone waits for its future."""
 
     on_text: Callable[[str], None] | None = None
-    signal: JobStop = field(default_factory=JobStop)
+    signal: JobStop = field(default_factory=JobStop)  # pyright: ignore[reportIncompatibleVariableOverride]  (a narrower StopSignal, set once)
     future: Future = field(default_factory=Future)
     id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
     superseded: bool = False  # cancelled because a newer request for the document came

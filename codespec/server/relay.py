@@ -77,6 +77,8 @@ def connect(socket_path: Path | None, tcp: tuple[str, int] | None) -> socket.soc
             frame({"jsonrpc": "2.0", "method": AUTH, "params": {"token": read_or_create_token()}})
         )
         return sock
+    if socket_path is None:
+        raise ValueError("connect needs a socket path or a TCP address")
     check_socket_owner(socket_path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -209,7 +211,7 @@ class SessionMirror:
         """What a fresh daemon needs to serve this session."""
         if self.initialize is None:
             return []
-        messages = [dict(self.initialize, id=REPLAY_ID)]
+        messages: list[dict] = [dict(self.initialize, id=REPLAY_ID)]
         if self.initialized:
             messages.append({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         messages += self.settings
@@ -368,6 +370,7 @@ class Relay:
             replies = self.mirror.orphan_replies()
         for reply in replies:
             self.write_client(frame(reply))
+        new = None
         for attempt in range(attempts):
             new = self.connect_fn()
             try:
@@ -379,6 +382,7 @@ class Relay:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.25)
+        assert new is not None  # (attempts >= 1: the loop connected or raised)
         with self.lock:
             self.sock = new
             self.lock.notify_all()

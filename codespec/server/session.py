@@ -52,7 +52,7 @@ class CodespecServer(LanguageServer):
     """One session's pygls server, with what its handlers use declared: the session's state,
     the daemon's worker, its stats store and whether the model is loaded yet."""
 
-    protocol: CodespecProtocol
+    protocol: CodespecProtocol  # pyright: ignore[reportIncompatibleVariableOverride]  (the subclass pygls is given)
 
     def __init__(
         self,
@@ -89,28 +89,28 @@ class CodespecProtocol(LanguageServerProtocol):
     does not know from disk."""
 
     session: SessionState
-    _server: CodespecServer
+    _server: CodespecServer  # pyright: ignore[reportIncompatibleVariableOverride]  (the subclass it serves)
 
     @property
     def encoding(self) -> str:
         return str(getattr(self._workspace, "position_encoding", None) or "utf-16")
 
     @lsp_method(types.EXIT)
-    def lsp_exit(self, *args: Any) -> None:
+    def lsp_exit(self, *args: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         """End this session only (plain pygls would exit the process: the daemon serves others)."""
         self.session.exited = True
         if self.writer is not None:
             self.writer.close()
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         item = params.text_document
         doc = Document(item.uri, item.text, item.version, item.language_id or "")
         self.session.documents[item.uri] = doc
         workspace.document_opened(self._server, doc)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         doc = self.session.documents.get(params.text_document.uri)
         if doc is None:
             log.debug("didChange for a document that is not open: ignored")
@@ -151,7 +151,7 @@ class CodespecProtocol(LanguageServerProtocol):
                 schedule_warm(self._server, offset, doc)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         uri = params.text_document.uri
         state = self.session
         if (closed := state.documents.pop(uri, None)) is not None:
@@ -211,7 +211,7 @@ async def serve_connection(
     and dispatch it to the session's protocol. Every request gets exactly one reply."""
     protocol = ls.protocol
     state = protocol.session
-    protocol.set_writer(writer)  # type: ignore[arg-type]
+    protocol.set_writer(writer)  # type: ignore[arg-type]  (an asyncio StreamWriter: pygls only calls write and close)
     watcher = asyncio.ensure_future(_watch_client(ls, writer))
     try:
         while True:
@@ -223,7 +223,7 @@ async def serve_connection(
             if body is None:
                 break
             message, error = check_message(body)
-            if error is None:
+            if message is not None:
                 verdict = admit(state.lifecycle, message)
                 if verdict == DROP:
                     log.debug("dropped %s before initialize", message.get("method"))
@@ -232,6 +232,8 @@ async def serve_connection(
                     error = verdict
             if error is not None:
                 writer.write(frame(error))
+                continue
+            if message is None:
                 continue
             if costly_change(state, message):
                 await protocol.change_off_loop(message)

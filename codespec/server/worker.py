@@ -130,7 +130,8 @@ class Worker:
             outcome = Outcome.SUPERSEDED
         job.timing.done = job.timing.done or time.perf_counter()
         mode = result.mode if result is not None else job.options.mode
-        kind = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}.get(mode, "none")
+        kinds = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}
+        kind = kinds[mode] if mode is not None else "none"
         try:
             self.record(
                 request_row(

@@ -31,8 +31,9 @@ def run(args: argparse.Namespace, ask_daemon: AskDaemon | None = None) -> int:
     path = Path(args.db) if args.db else default_path()
     if args.html and _is_store(Path(args.html), path):
         return _fail(f"--html {args.html} is the stats store itself; name another file")
-    asked = not args.db and ask_daemon is not None
-    live = ask_daemon(args.socket, args.since, args.language, args.by) if asked else None
+    live = None
+    if not args.db and ask_daemon is not None:
+        live = ask_daemon(args.socket, args.since, args.language, args.by)
     if live is not None and str((live.get("store") or {}).get("status", "")).startswith("memory"):
         print(
             f"codespec: the daemon could not write its store ({live['store']['status'][8:]}); "

@@ -10,6 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 
 class Outcome(StrEnum):
@@ -105,6 +106,20 @@ class Timing:
         return None if start is None or end is None else 1000 * (end - start)
 
 
+class RequestStats(Protocol):
+    """What a row reads of a request's counters (the engine's ``GenerationStats``)."""
+
+    stop_reason: str
+    tokens: int
+    target_passes: int
+    proposed: dict[str, int]  # by source: ngram, workspace, draft; a remote server's "server"
+    accepted: dict[str, int]
+    prefill_tokens: int
+    cached_tokens: int
+    total_s: float
+    prefill_s: float
+
+
 def request_row(
     request_id: str,
     language: str,
@@ -113,7 +128,7 @@ def request_row(
     outcome: str,
     timing: Timing,
     text: str = "",
-    stats: object | None = None,
+    stats: RequestStats | None = None,
     wall_time: float | None = None,
     context: tuple[str, ...] = (),
 ) -> dict:

@@ -246,6 +246,7 @@ class Store:
         waiters: list[threading.Event] = []  # flush() callers
         next_commit = time.monotonic() + COMMIT_EVERY_S
         while True:
+            item: tuple
             try:
                 item = self.queue.get(timeout=max(next_commit - time.monotonic(), 0.0))
             except queue.Empty:

@@ -65,7 +65,9 @@ def _grammar(language: str) -> _Grammar | None:
         )
         sources = []
         for module in TAG_FILES.get(language, (lang.module,)):
-            tags = Path(importlib.import_module(module).__file__).parent / "queries" / "tags.scm"
+            tags = (
+                Path(importlib.import_module(module).__file__ or "").parent / "queries" / "tags.scm"
+            )
             if tags.is_file():
                 sources.append(tags.read_text(encoding="utf-8"))
         return (

@@ -1,0 +1,66 @@
+"""What every subcommand shares: the usage error, locations, the model flags, range checks."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..models import DEFAULT_PAIR
+
+EXIT_USAGE = 2
+DIGITS = re.compile(r"[0-9]{1,9}")
+Subparsers = Any  # argparse's sub-parser action (its class is private)
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def parse_location(spec: str) -> tuple[Path, int, int]:
+    """``PATH:LINE:COL`` (1-based) -> (path, 0-based line, 0-based column). LINE and COL are
+    ASCII digits only (``int`` would also take " 1", "+1" and other scripts' digits)."""
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not all(DIGITS.fullmatch(p) for p in parts[1:]):
+        raise UsageError(f"expected PATH:LINE:COL with 1-based numbers, got {spec!r}")
+    path, line_no, col_no = parts[0], int(parts[1]), int(parts[2])
+    if line_no < 1 or col_no < 1:
+        raise UsageError(f"line and column are 1-based, got {line_no}:{col_no}")
+    return Path(path), line_no - 1, col_no - 1
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=DEFAULT_PAIR, help="model pair name or manifest path")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
+    p.add_argument(
+        "--quantize",
+        choices=["auto", "off", "int4", "int8", "w8a8"],
+        default=None,
+        help="CPU weights: auto (the pair's choice: int4/int8 for GGUF pairs, kernels measured "
+        "on this machine), off (dense bf16/fp32), int4, int8 (weight-only), w8a8 (int8 weights "
+        "and activations)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "ggml", "torch"],
+        default=None,
+        help="what runs the model on a CPU: ggml (llama.cpp's kernels on the GGUF files), torch; "
+        "auto (default): whichever this machine measured faster (once), ggml only where "
+        "llama-cpp-python is installed and no --quantize is given",
+    )
+
+
+def note(message: str) -> None:
+    print(f"codespec: {message}", file=sys.stderr, flush=True)
+
+
+def in_range(args: argparse.Namespace, name: str, low: float, high: float) -> None:
+    value = getattr(args, name, None)
+    if value is None:
+        return
+    if not (math.isfinite(value) and low <= value <= high):  # nan fails isfinite
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag} must be from {low:g} to {high:g}, not {value}")

@@ -1,0 +1,42 @@
+"""``codespec prepare``: join, verify and convert a pair's weights once."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import Subparsers, add_model_options, note
+
+
+def add_parser(sub: Subparsers) -> None:
+    p = sub.add_parser("prepare", help="join, verify and convert a pair's weights (once)")
+    add_model_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prepare the form the chosen backend runs: the GGUF files and the tokenizer for ggml,
+    quantized tensors for torch on the CPU, bf16 on a GPU."""
+    from ..models import (
+        choose_device,
+        gguf_file,
+        load_manifest,
+        quantize_mode,
+        resolve_source,
+        tokenizer_folder,
+    )
+    from ..runtime import choose_backend, prepared_form
+
+    manifest = load_manifest(args.pair)
+    device = choose_device(args.device)
+    if choose_backend(manifest, device, args.backend, args.quantize, note) == "ggml":
+        tokenizer_folder(manifest.target, manifest.install_hint, progress=note)
+        for src in (manifest.target, manifest.draft):
+            if src is not None:
+                print(f"{src.label}: {gguf_file(src, manifest.install_hint)}")
+        return 0
+    mode = quantize_mode(manifest, device, args.quantize)
+    for src in (manifest.target, manifest.draft):
+        if src is not None:
+            form = prepared_form(src, mode)
+            folder = resolve_source(src, manifest.install_hint, progress=note, form=form)
+            print(f"{src.label}: {folder}")
+    return 0

@@ -1,0 +1,181 @@
+"""``codespec serve``: the daemon in the foreground, and the remote engine it may decode on."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import Subparsers, UsageError, add_model_options, note
+
+
+def add_parser(sub: Subparsers) -> None:
+    s = sub.add_parser("serve", help="run the daemon in the foreground")
+    s.add_argument("--socket", default=None, help="unix socket path (default: user runtime dir)")
+    s.add_argument(
+        "--tcp",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also listen on TCP (127.0.0.1; clients must send the token)",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="TCP address (loopback unless allowed)")
+    s.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (the token is still required)",
+    )
+    s.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
+    s.add_argument("--config", default=None, help="settings TOML (default: user config dir)")
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--no-status", action="store_true", help="no live status line")
+    s.add_argument(
+        "--stats-db", default=None, metavar="FILE", help="acceptance store (default: state dir)"
+    )
+    s.add_argument("--no-stats", action="store_true", help="record no acceptance stats")
+    s.add_argument(
+        "--stats-retention-days",
+        type=float,
+        default=90,
+        metavar="DAYS",
+        help="delete stats rows older than this (default 90)",
+    )
+    s.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="decode on this OpenAI-compatible server (repeat for failover; see docs/remote.md)",
+    )
+    s.add_argument("--engine-model", default=None, help="the server's model name")
+    s.add_argument(
+        "--engine-token-file", default=None, metavar="FILE", help="API token (a 0600 file)"
+    )
+    s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    s.add_argument("--test-stats-max-pages", type=int, default=None, help=argparse.SUPPRESS)
+    add_model_options(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import ipaddress
+    import logging
+    from dataclasses import replace
+
+    from ..server.config import load_file
+    from ..server.endpoint import (
+        DaemonRunning,
+        EndpointError,
+        TokenError,
+        check_socket_path,
+        default_socket,
+        read_or_create_token,
+    )
+
+    if args.tcp is not None:
+        try:
+            loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+        except ValueError:
+            raise UsageError(f"--host must be an IP address, got {args.host!r}") from None
+        if not loopback and not args.allow_remote:
+            raise UsageError(f"refusing to listen on {args.host}: pass --allow-remote to do so")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message, code included
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine
+    settings, problems = load_file(Path(args.config) if args.config else None)
+    for problem in problems:
+        note(problem)
+    if args.max_tokens is not None:
+        settings = replace(settings, max_tokens=args.max_tokens)
+    try:  # the socket first: nothing is opened or loaded for a daemon that cannot listen
+        socket_path = Path(args.socket) if args.socket else default_socket()
+        check_socket_path(socket_path)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    from ..runtime import load_pair  # (the model's stack: only once the socket is known good)
+    from ..server.daemon import Daemon, run_daemon
+
+    store = None
+    if not args.no_stats:
+        from ..stats.store import Store
+
+        store = Store(
+            Path(args.stats_db) if args.stats_db else None,
+            args.stats_retention_days,
+            max_pages=args.test_stats_max_pages,  # testing aid: a disk that fills up
+        )
+    remote = remote_engine(args)
+    if remote is not None:
+        from ..remote.config import plain_http_warnings
+        from ..runtime import load_remote_pair
+
+        for warning in plain_http_warnings(remote):
+            note(warning)
+
+        def load():
+            return load_remote_pair(remote, args.pair, progress=note)
+    else:
+
+        def load():
+            return load_pair(
+                args.pair,
+                device=args.device,
+                draft_mode=args.draft,
+                progress=note,
+                quantize=args.quantize,
+                backend=args.backend,
+            )
+
+    daemon = Daemon(
+        load,
+        settings,
+        pass_delay_s=args.test_pass_delay,
+        load_delay_s=args.test_load_delay,
+        store=store,
+    )
+    try:
+        token = read_or_create_token() if args.tcp is not None else None
+    except TokenError as exc:
+        raise UsageError(f"not serving TCP: {exc}") from None
+    try:
+        asyncio.run(
+            run_daemon(daemon, socket_path, args.tcp, args.host, token, status=not args.no_status)
+        )
+    except DaemonRunning as exc:
+        print(f"codespec: {exc}", file=sys.stderr)
+        return 1
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # a TCP port in use or not allowed
+        where = f"{args.host}:{args.tcp}" if args.tcp is not None else str(socket_path)
+        raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+    return 0
+
+
+def remote_engine(args: argparse.Namespace):
+    """The remote engine ``serve`` decodes on, if any: ``--engine`` flags first, then the
+    settings file's ``[engine]`` table, then the pair manifest's; None to decode here."""
+    from ..models import load_manifest
+    from ..remote.config import EngineConfigError, from_table
+    from ..server.config import engine_table
+
+    try:
+        if args.engine:
+            table: dict = {"kind": "remote", "urls": args.engine}
+            if args.engine_model:
+                table["model"] = args.engine_model
+            if args.engine_token_file:
+                table["token_file"] = args.engine_token_file
+            return from_table(table, "--engine")
+        if args.engine_model or args.engine_token_file:
+            raise UsageError("--engine-model and --engine-token-file need --engine URL")
+        configured, where = engine_table(Path(args.config) if args.config else None)
+        if configured is not None:
+            return from_table(configured, where)
+        manifest = load_manifest(args.pair)
+        if manifest.engine:
+            return from_table(manifest.engine, f"{manifest.path} [engine]")
+    except EngineConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return None
