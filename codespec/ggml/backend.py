@@ -230,8 +230,9 @@ class GgmlModel:
         pad: bool | None = None,
     ) -> np.ndarray | None:
         """One llama.cpp pass: the logits of the rows that ask (None: no row asks). A decode
-        pass of the target is padded to whole groups, and all its rows ask for logits: llama.cpp runs the last layer and the output matrix on the
-        rows that ask only, so asking for fewer would change those kernels' width."""
+        pass of the target is padded to whole groups, and all its rows ask for logits:
+        llama.cpp runs the last layer and the output matrix on the rows that ask only, so
+        asking for fewer would change those kernels' width."""
         padding: list[Node] = []
         wanted = [want for *_, want in nodes]
         pad = self.padded and prefill_rows is None if pad is None else pad
