@@ -32,13 +32,13 @@ from typing import Any
 
 import torch
 
-from . import decoder
+from . import decoder, prefill
 from .ahead import TreeLookAhead
 from .attention import CHAIN, use_rowwise_attention
 from .attention import NAME as ATTENTION_NAME
 from .backend import NO_ROW_LIMIT
 from .buffers import cache_bytes, fork, growing
-from .slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
+from .slots import PARKED_BUDGET_BYTES, Slot, SlotPool
 from .stop import Cancelled, StopSignal
 
 
@@ -154,18 +154,18 @@ class CachedModel:
         self.ids = []
         self.pool.clear()
 
-    def _select_slot(self, ids: list[int]) -> None:
-        """Make current the slot sharing the longest prefix with ``ids``; park it instead and
-        continue on a copy of the shared part when ``ids`` leaves much of it unshared."""
-        best, shared = self.pool.best_for(ids, self.ids)
-        if best is not None:
-            taken = self.pool.take(best)
-            self.pool.park(Slot(self.ids, self.cache))
-            self.ids, self.cache = taken.ids, taken.cache
-        if self.pool.leaves_place(len(self.ids) - shared):
-            self.pool.park(Slot(self.ids, self.cache))
-            self.cache = fork(self.cache, shared) if shared else self._new_cache()
-            self.ids = self.ids[:shared]
+    # -- places (``prefill.Places``) ---------------------------------------------------------
+
+    def current_slot(self) -> Slot:
+        return Slot(self.ids, self.cache)
+
+    def switch_to(self, slot: Slot) -> None:
+        self.ids, self.cache = slot.ids, slot.cache
+
+    def continue_on(self, shared: int) -> None:
+        """On a copy of the shared part: the parked cache is the same object, left as it is."""
+        self.cache = fork(self.cache, shared) if shared else self._new_cache()
+        self.ids = self.ids[:shared]
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -276,22 +276,13 @@ class CachedModel:
         ``stop`` is asked between chunks (what was computed stays cached for next time) and
         between the layers of a chunk (that chunk is then dropped), as ``stop.py`` says.
         """
-        if not ids:
-            raise ValueError("cannot prefill an empty prompt")
-        ahead = self.end_look_ahead(ids)
-        if ahead is not None:  # computed ahead: the cache holds ``ids`` and this is its answer
-            return ahead, len(ids), 0
-        self._select_slot(ids)
-        reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
-        self.crop(reuse)
-        logits = None
-        step = chunk or self.prefill_chunk
-        for start in range(reuse, len(ids), step):
-            if stop is not None and stop.at_chunk_end():
-                raise Cancelled()
-            rows = ids[start : start + step]
+        logits, reuse = prefill.start(self, ids)
+        if logits is not None:  # computed ahead
+            return logits, len(ids), 0
+        for begin, end in prefill.chunks(reuse, len(ids), chunk or self.prefill_chunk, stop):
+            rows = ids[begin:end]
             logits = self.run_pass(rows, None, None, False, stop, prefill_rows=len(rows))
-        assert logits is not None
+        assert logits is not None  # (at least the last id is computed)
         return logits[-1], reuse, len(ids) - reuse
 
 

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool, common_prefix_len
+from ..engine import prefill
+from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool
 from ..engine.stop import Cancelled, StopSignal
 from .ahead import GgmlLookAhead
 from .layout import COMPACT_AT, GROUP, LEAVES, PADDING, PARKED, SEQUENCES, TEXT
@@ -146,14 +147,9 @@ class GgmlModel:
         """Make the cache hold ``ids`` (reusing the longest cached prefix, in any slot); return
         (logits after the last id, reused, computed). ``stop`` is asked between chunks (what
         was computed stays) and inside a chunk (that chunk is dropped)."""
-        if not ids:
-            raise ValueError("cannot prefill an empty prompt")
-        ahead = self.end_look_ahead(ids)
+        ahead, reuse = prefill.start(self, ids)
         if ahead is not None:  # computed ahead: the text holds ``ids`` and this is its answer
             return ahead, len(ids), 0
-        self._select_slot(ids)
-        reuse = min(common_prefix_len(self.ids, ids), len(ids) - 1)
-        self.crop(reuse)
         self._make_room(len(ids) - reuse)
         step = max(1, min(chunk or self.prefill_chunk, self.llama.settings.n_batch))
         # The target computes the prompt's last few ids (up to a group) in a padded pass, as
@@ -163,13 +159,11 @@ class GgmlModel:
         tail = min(GROUP, len(ids) - reuse) if self.padded else 0
         body = len(ids) - tail
         logits = None
-        for start in range(reuse, body, step):
-            if stop is not None and stop.at_chunk_end():
-                raise Cancelled()
-            rows = ids[start : min(start + step, body)]
-            last = start + len(rows) == len(ids)
+        for begin, end in prefill.chunks(reuse, body, step, stop):
+            rows = ids[begin:end]
+            last = end == len(ids)
             nodes = [
-                (t, start + i, (TEXT,), last and i == len(rows) - 1) for i, t in enumerate(rows)
+                (t, begin + i, (TEXT,), last and i == len(rows) - 1) for i, t in enumerate(rows)
             ]
             logits = self.decode(nodes, stop, prefill_rows=len(rows))
             self.ids.extend(rows)
@@ -332,28 +326,21 @@ class GgmlModel:
 
     # -- places (slots) ----------------------------------------------------------------------
 
-    def _select_slot(self, ids: list[int]) -> None:
-        """Make current the slot sharing the longest prefix with ``ids``; park the current one
-        (as bytes) when ``ids`` leaves much of it unshared."""
-        best, shared = self.pool.best_for(ids, self.ids)
-        if best is not None:
-            taken = self.pool.take(best)
-            self._park_current()
-            self.ids = taken.ids
-            self._restore(taken.cache)
-            return
-        if self.pool.leaves_place(len(self.ids) - shared):
-            self._end_tree()
-            self.pool.park(Slot(list(self.ids), self.llama.save(TEXT)))
-            self.crop(shared)  # and continue on the shared part
-
-    def _park_current(self) -> None:
-        """Save the current text's cells into the pool, then empty the cache."""
+    def current_slot(self) -> Slot:
+        """The text's cells, saved as bytes (a tree pass or look-ahead settled first)."""
         self._end_tree()
-        if self.ids:
-            self.pool.park(Slot(list(self.ids), self.llama.save(TEXT)))
+        return Slot(list(self.ids), self.llama.save(TEXT) if self.ids else b"")
+
+    def switch_to(self, slot: Slot) -> None:
+        """Empty the cache and restore a parked slot's cells into it."""
+        self._end_tree()
         self.llama.clear()
-        self.ids, self.parked = [], 0
+        self.ids, self.parked = slot.ids, 0
+        self._restore(slot.cache)
+
+    def continue_on(self, shared: int) -> None:
+        """The parked slot is bytes: the text's own cells are cut back in place."""
+        self.crop(shared)
 
 
 def tree_sequences(tree_mask: torch.Tensor) -> list[tuple[int, ...]]:
