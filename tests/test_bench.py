@@ -467,12 +467,12 @@ def test_peer_summary_compares_the_same_holes():
 
 def test_peer_prompt_is_the_prompt_complete_builds(tiny_manifest, corpus_dir):
     """The peer gets our prompt by tokenizing alone; it must be the one `complete` prefills."""
-    from codespec.bench.runner import BenchSettings, cursor_of, options_for, prompt_ids
+    from codespec.bench.runner import bench_settings, cursor_of, options_for, prompt_ids
     from codespec.completion import complete
     from codespec.runtime import load_pair
 
     pair = load_pair(str(tiny_manifest), progress=lambda m: None)
-    settings = BenchSettings(max_tokens=2)
+    settings = bench_settings(2)
     packages = sources.packages(corpus_dir, {"python", "lua"})
     holes = corpus.sample_holes(packages, "python", "line", 1, seed=1)
     holes += corpus.sample_holes(packages, "lua", "function", 1, seed=1)
@@ -509,7 +509,7 @@ def test_every_round_starts_from_the_policy_state_of_the_first(
         return complete(pair, cursor, options, **kwargs)
 
     monkeypatch.setattr(runner, "complete", recording_complete)
-    row = runner.run_hole(pair, hole, runner.BenchSettings(max_tokens=6), spec_first=True)
+    row = runner.run_hole(pair, hole, runner.bench_settings(6), spec_first=True)
     assert len(seen) == len(row["spec"]["rounds_ms"]) == rounds_for(row["plain"]["tokens"]) > 1
     assert all(state == seen[0] for state in seen)
     assert pair.engine.policy.costs.passes > seen[0][0]  # what the first round taught it stays

@@ -16,6 +16,7 @@ LAYERS = [
     {"prompt", "draft_verdict", "backend_choice"},
     {"runtime"},
     {"lookahead", "completion"},
+    {"settings"},
     {"server", "bench"},
     {"daemon_client"},
     {"cli"},

@@ -226,14 +226,14 @@ def test_bench_holes_stay_bit_exact_in_bf16(pair, kind, tmp_path):
     gaps of 0.000 and 0.125; the function hole diverges on every run, checked by undoing the
     fix)."""
     from codespec.bench.corpus import sample_holes
-    from codespec.bench.runner import BenchSettings, run_hole
+    from codespec.bench.runner import bench_settings, run_hole
     from codespec.bench.sources import packages
 
     stdlib = [p for p in packages(tmp_path, {"python"}) if p.spec.origin == "stdlib"]
     (hole,) = sample_holes(stdlib, "python", kind, 1, seed=1)
     assert hole.file == {"block": "xml/dom/__init__.py", "function": "codeop.py"}[kind]
     with flat_pass_costs(pair):
-        row = run_hole(pair, hole, BenchSettings(max_tokens=32), spec_first=True)
+        row = run_hole(pair, hole, bench_settings(32), spec_first=True)
     assert row["exact"], row["divergence_logit_gap"]
     assert row["spec"]["tokens"] > 0 and row["spec"]["passes"] < row["plain"]["passes"]
 

@@ -29,8 +29,9 @@ from ..completion import complete
 from ..engine import StopSignal
 from ..remote.config import RemoteConfig, from_table
 from ..remote.metrics import ServerSpeculation, from_prometheus
+from ..settings import Settings
 from .corpus import Hole
-from .runner import BenchSettings, cursor_of, options_for
+from .runner import cursor_of, options_for
 
 KEYSTROKES = 3  # characters typed into each hole before its last request
 KEY_INTERVAL_S = 0.12  # a brisk typist: each keystroke request lives this long at most
@@ -77,7 +78,7 @@ def parse_levels(value: str) -> list[int]:
     return levels
 
 
-def run_level(pair, holes: list[Hole], editors: int, settings: BenchSettings) -> LevelRun:
+def run_level(pair, holes: list[Hole], editors: int, settings: Settings) -> LevelRun:
     """``editors`` threads, each typing into its share of the holes."""
     result = LevelRun()
     lock = threading.Lock()
@@ -97,7 +98,7 @@ def run_level(pair, holes: list[Hole], editors: int, settings: BenchSettings) ->
     return result
 
 
-def type_into(pair, hole: Hole, settings: BenchSettings, out: LevelRun, lock) -> None:
+def type_into(pair, hole: Hole, settings: Settings, out: LevelRun, lock) -> None:
     path = PurePath(hole.file).name
     typed = hole.truth[:KEYSTROKES]
     for n in range(len(typed) + 1):

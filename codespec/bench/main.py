@@ -21,7 +21,7 @@ from ..memory import return_freed_memory
 from . import corpus, report, sources
 from .docs import bets_text, write_docs
 from .peer import peer_lines
-from .runner import BenchSettings, peak_memory_mb, run_hole
+from .runner import bench_settings, peak_memory_mb, run_hole
 
 MAX_JSON_BYTES = 256 << 20
 # what the docs writer reads of a run's JSON
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
         f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
         f"one-row passes exact: {not pair.local.calibration.pad_single_row}"
     )
-    settings = BenchSettings(max_tokens=max_tokens)
+    settings = bench_settings(max_tokens)
     if args.prompt_seconds is not None:
         settings = replace(settings, prompt_seconds=args.prompt_seconds)
     rows = []
@@ -256,7 +256,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
         quantize=args.quantize,
         backend=args.backend,
     )
-    settings = BenchSettings(max_tokens=max_tokens)
+    settings = bench_settings(max_tokens)
     if args.prompt_seconds is not None:
         settings = replace(settings, prompt_seconds=args.prompt_seconds)
     log(f"{machine.cpu_kind()}: prefill {pair.engine.prefill_rate:.0f} tokens/s")
@@ -291,7 +291,7 @@ def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> di
     except (EngineConfigError, ValueError) as exc:
         raise BenchError(str(exc)) from None
     log(f"{len(holes)} holes as {', '.join(map(str, levels))} concurrent editors")
-    settings = BenchSettings(max_tokens=max_tokens, prompt_seconds=0.0)
+    settings = bench_settings(max_tokens, prompt_seconds=0.0)
     if args.window_tokens:
         prefix, _, suffix = args.window_tokens.partition(",")
         if not (prefix.isdigit() and suffix.isdigit() and int(prefix) >= 16):

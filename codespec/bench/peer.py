@@ -18,10 +18,11 @@ from pathlib import Path
 
 from ..models import ModelError, gguf_file
 from ..runtime import LoadedPair
+from ..settings import Settings
 from ..stops import StopChecker, TextStopRule
 from .corpus import Hole
 from .report import fmt, rate
-from .runner import BenchSettings, cursor_of, mode_of, prompt_ids, rounds_for, typed_at_cursor
+from .runner import cursor_of, mode_of, prompt_ids, rounds_for, typed_at_cursor
 
 
 def require() -> None:
@@ -148,7 +149,7 @@ def run_peer(
     pair: LoadedPair,
     holes: list[Hole],
     rows: list[dict],
-    settings: BenchSettings,
+    settings: Settings,
     log=print,
     limit: int | None = None,
     server: Path | None = None,

@@ -21,13 +21,14 @@ from pathlib import Path
 
 from ..completion import complete, definition_chars, with_definitions
 from ..languages import LANGUAGES, has_syntax_error, parse
+from ..settings import Settings
 from ..stops import Mode
 from ..workspace.context import as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import ReadLimits, language_of
 from ..workspace.symbols import KEYWORDS
 from .corpus import Hole, make_hole
-from .runner import BenchSettings, cursor_of, options_for, quality
+from .runner import cursor_of, options_for, quality
 from .sources import Package, source_files
 
 MAX_REPO_FILES = 300  # a "repository" is the largest folder around the file with at most these
@@ -129,7 +130,7 @@ def cut_repo_holes(
 
 
 def run_repo_hole(
-    pair, repo: RepoHole, settings: BenchSettings, index: WorkspaceIndex, first: int = 0
+    pair, repo: RepoHole, settings: Settings, index: WorkspaceIndex, first: int = 0
 ) -> dict:
     """The hole completed in each mode, mode ``first`` first (rotate it: a later run reuses
     the cache an earlier one left where their prompts agree), then plainly; the index (and
@@ -265,7 +266,7 @@ def run_repo(
     languages: list[str],
     count: int,
     seed: int,
-    settings: BenchSettings,
+    settings: Settings,
     log=print,
     lines: int = 1,
 ) -> dict:

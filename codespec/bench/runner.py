@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import resource
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import PurePath
 
 import torch
@@ -29,16 +29,17 @@ from ..completion import CompletionOptions, CompletionResult, complete, prompt_a
 from ..engine import GenerationStats
 from ..languages import LANGUAGES, has_syntax_error
 from ..runtime import LoadedPair
+from ..settings import Settings, completion_options
 from ..stops import Cursor, Mode
 from .corpus import Hole, check_no_leak
 
 
-@dataclass(frozen=True)
-class BenchSettings:
-    max_tokens: int = 48
-    prefix_tokens: int = 1024  # the daemon's defaults: window limits ...
-    suffix_tokens: int = 256
-    prompt_seconds: float = 2.5  # ... sized to a cold prefill of this long (0: the limits)
+def bench_settings(max_tokens: int, **changes) -> Settings:
+    """The daemon's settings (its window limits, sized to its time budget), with the bench's
+    token limit for both kinds of completion; nothing is computed ahead (each hole is timed
+    alone)."""
+    defaults = Settings(max_tokens=max_tokens, line_max_tokens=max_tokens, warm_ahead=False)
+    return replace(defaults, **changes)
 
 
 def mode_of(hole: Hole) -> Mode:
@@ -46,17 +47,9 @@ def mode_of(hole: Hole) -> Mode:
     return Mode.LINE if hole.kind == "line" else Mode.BLOCK
 
 
-def options_for(hole: Hole, settings: BenchSettings, **changes) -> CompletionOptions:
+def options_for(hole: Hole, settings: Settings, **changes) -> CompletionOptions:
     """The options ``complete`` gets for ``hole`` (its mode: ``mode_of``)."""
-    options = CompletionOptions(
-        max_tokens=settings.max_tokens,
-        line_max_tokens=settings.max_tokens,
-        mode=mode_of(hole),
-        prefix_tokens=settings.prefix_tokens,
-        suffix_tokens=settings.suffix_tokens,
-        prompt_seconds=settings.prompt_seconds,
-    )
-    return replace(options, **changes)
+    return completion_options(settings, mode=mode_of(hole), **changes)
 
 
 def cursor_of(hole: Hole, typed: str = "") -> Cursor:
@@ -64,13 +57,13 @@ def cursor_of(hole: Hole, typed: str = "") -> Cursor:
     return Cursor(hole.prefix + typed, hole.suffix, LANGUAGES[hole.language])
 
 
-def prompt_ids(pair: LoadedPair, hole: Hole, settings: BenchSettings) -> list[int]:
+def prompt_ids(pair: LoadedPair, hole: Hole, settings: Settings) -> list[int]:
     """The FIM prompt ``complete`` builds for the hole, by tokenizing alone (no model pass)."""
     path = PurePath(hole.file).name
     return prompt_at(pair, cursor_of(hole), options_for(hole, settings), path)[0]
 
 
-def run_hole(pair: LoadedPair, hole: Hole, settings: BenchSettings, spec_first: bool) -> dict:
+def run_hole(pair: LoadedPair, hole: Hole, settings: Settings, spec_first: bool) -> dict:
     cursor = cursor_of(hole)
     path = PurePath(hole.file).name
 

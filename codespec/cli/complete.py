@@ -37,8 +37,8 @@ def add_parser(sub: Subparsers) -> None:
         help="no syntax-aware stop rules: stop only at end-of-text or --max-tokens",
     )
     c.add_argument("--language", default=None, help="language id (default: from the extension)")
-    c.add_argument("--prefix-tokens", type=int, default=1024)
-    c.add_argument("--suffix-tokens", type=int, default=256)
+    c.add_argument("--prefix-tokens", type=int, default=None, help="(default: the setting's)")
+    c.add_argument("--suffix-tokens", type=int, default=None, help="(default: the setting's)")
     add_model_options(c)
 
 
@@ -55,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    from ..completion import CompletionOptions, complete
+    from ..completion import complete
     from ..languages import language_for
     from ..runtime import load_pair
+    from ..settings import Settings, completion_options
     from ..stops import Cursor, Mode
 
     pair = load_pair(
@@ -68,17 +69,22 @@ def run(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         backend=args.backend,
     )
-    options = CompletionOptions(
+    windows = {"prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens}
+    settings = Settings(
         max_tokens=args.max_tokens,
         line_max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
         speculate=not args.no_spec,
         stop_rules=not args.no_stop_rules,
-        mode=None if args.mode == "auto" else Mode(args.mode),
+        prompt_seconds=0.0,  # the windows as given: a single run has no time budget to keep
+        warm_ahead=False,
+        **{name: value for name, value in windows.items() if value is not None},
+    )
+    options = completion_options(
+        settings,
         invoked=True,  # the user asked explicitly
-        prefix_tokens=args.prefix_tokens,
-        suffix_tokens=args.suffix_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        mode=None if args.mode == "auto" else Mode(args.mode),
     )
     cursor = Cursor(prefix, suffix, language_for(args.language, str(path)))
     printed = ""

@@ -9,52 +9,14 @@ from __future__ import annotations
 import math
 import reprlib
 import tomllib
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
 from ..files import MAX_SMALL_FILE_BYTES, FileError, parse_toml, read_text
-
-
-def setting(
-    default: Any,
-    low: float | None = None,
-    high: float | None = None,
-    choices: tuple[str, ...] = (),
-) -> Any:
-    """A setting's default and the values it takes: ``low <= value <= high`` for numbers, one
-    of ``choices`` for words. Declared here once; lsp/settings.schema.json and the VS Code
-    extension's contributed settings are tested against these (``tests/test_settings.py``)."""
-    return field(default=default, metadata={"low": low, "high": high, "choices": choices})
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a user can configure (see lsp/settings.schema.json)."""
-
-    enabled: bool = setting(True)
-    disabled_languages: tuple[str, ...] = setting(())
-    max_tokens: int = setting(64, 1, 1024)  # multi-line completions
-    line_max_tokens: int = setting(48, 1, 512)  # single-line completions
-    max_lines: int = setting(24, 1, 500)
-    multiline: str = setting("auto", choices=("auto", "always", "never"))
-    debounce_ms: int = setting(150, 0, 5000)  # a hint for the editor plugins
-    prefix_tokens: int = setting(1024, 16, 32768)
-    suffix_tokens: int = setting(256, 0, 32768)
-    extra_context_tokens: int = setting(1024, 0, 65536)
-    stop_rules: bool = setting(True)
-    speculate: bool = setting(True)
-    complete_mid_word: bool = setting(False)
-    # size prompt windows to a cold prefill of this long; 0: off
-    prompt_seconds: float = setting(2.5, 0, 600)
-    warm_ahead: bool = setting(True)  # prefill where edits settle / the cursor rests, while idle
-    warm_delay_ms: int = setting(300, 0, 60000)  # how long they must rest first
-    # next keystrokes computed ahead while idle (lookahead.py); 0: off
-    look_ahead_keys: int = setting(8, 0, 32)
-    # definitions from the workspace folders' other files in the prompt (codespec/workspace)
-    workspace_context: bool = setting(True)
+from ..settings import Settings
 
 
 def camel_case(name: str) -> str:

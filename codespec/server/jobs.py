@@ -25,12 +25,12 @@ from pygls.exceptions import JsonRpcInternalError
 
 from ..completion import CompletionOptions, with_definitions
 from ..languages import language_for
+from ..settings import completion_options
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from ..workspace.context import FAMILIES
 from ..workspace.snippets import Neighbour, Snippet, SnippetMemory, choose_snippets
 from ..workspace.snippets import as_files as snippet_files
-from .config import Settings
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .places import Job, Place, WarmJob
 from .state import SessionState, open_document
@@ -44,22 +44,6 @@ log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
 # a completion-menu item longer than this is no word the user is typing: it is not completed
 MAX_SELECTED_CHARS = 1000
-
-
-def completion_options(settings: Settings, invoked: bool) -> CompletionOptions:
-    return CompletionOptions(
-        max_tokens=settings.max_tokens,
-        line_max_tokens=settings.line_max_tokens,
-        max_lines=settings.max_lines,
-        speculate=settings.speculate,
-        stop_rules=settings.stop_rules,
-        invoked=invoked,
-        prefix_tokens=settings.prefix_tokens,
-        suffix_tokens=settings.suffix_tokens,
-        extra_tokens=settings.extra_context_tokens,
-        prompt_seconds=settings.prompt_seconds,
-        look_ahead_keys=settings.look_ahead_keys if settings.warm_ahead else 0,
-    )
 
 
 async def inline_completion(
