@@ -84,7 +84,7 @@ def place(uri: str, text: str, line: int, typed: str = "", **more) -> dict:
     lines = text.splitlines(keepends=True)
     prefix = "".join(lines[:line])
     cursor = Cursor(prefix + typed, text[len(prefix) :], language_for("python"))
-    fields = dict(session=1, uri=uri, version=1, cursor=cursor, options=OPTIONS, path=uri[8:])
+    fields = dict(session=1, uri=uri, edits=1, cursor=cursor, options=OPTIONS, path=uri[8:])
     return fields | more
 
 

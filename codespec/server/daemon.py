@@ -30,7 +30,7 @@ from ..stats.store import Store
 from ..workspace.accepted import FILE_NAME as ACCEPTED_FILE
 from ..workspace.accepted import AcceptedCompletions
 from ..workspace.index import Workspaces
-from . import workspace
+from . import folders
 from .config import Settings
 from .counters import worker_stats
 from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
@@ -194,7 +194,7 @@ class Daemon:
         finally:
             self.sessions.pop(session_id, None)
             self.worker.drop_session(session_id)
-            workspace.release(ls)
+            folders.release(ls)
 
     def status_line(self) -> str:
         stats = worker_stats(self.worker)

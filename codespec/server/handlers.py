@@ -18,9 +18,9 @@ from ..stats import report
 from ..stats.verdicts import COMMANDS
 from .config import merge
 from .counters import worker_stats
+from .folders import declare_folders
 from .jobs import inline_completion, schedule_warm
 from .state import open_document
-from .workspace import declare_folders
 
 if TYPE_CHECKING:  # session.py builds the server and registers these
     from .session import CodespecServer

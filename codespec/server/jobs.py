@@ -32,10 +32,10 @@ from ..workspace.context import FAMILIES
 from ..workspace.snippets import Neighbour, Snippet, SnippetMemory, choose_snippets
 from ..workspace.snippets import as_files as snippet_files
 from .documents import MAX_DOCUMENT_CHARS, Document
+from .folders import context_files, drafting_corpora
 from .places import Job, Place, WarmJob
 from .state import SessionState, open_document
 from .worker import ModelUnavailable
-from .workspace import context_files, drafting_corpora
 
 if TYPE_CHECKING:  # session.py builds the server and imports this module
     from .session import CodespecServer
@@ -154,7 +154,7 @@ def place_at(
     return Place(
         session=state.id,
         uri=uri,
-        version=doc.edits,
+        edits=doc.edits,
         cursor=cursor,
         options=options,
         path=relative or document_name(uri),
@@ -162,7 +162,7 @@ def place_at(
         context=("workspace",) * bool(definitions) + ("neighbours",) * bool(snippets),
         corpora=corpora,
         # closed (or reopened as another document): as good as edited since
-        current_version=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
+        current_edits=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
         language=doc.language_id or cursor.language.name,
     )

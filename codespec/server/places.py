@@ -41,12 +41,12 @@ class Place:
 
     session: int
     uri: str
-    version: int
+    edits: int  # the document's edit count when the work was asked (``Document.edits``)
     cursor: Cursor
     options: CompletionOptions
     path: str = ""
     extra_files: tuple[tuple[str, str], ...] = ()
-    current_version: Callable[[], int | None] = lambda: None
+    current_edits: Callable[[], int | None] = lambda: None  # the document's count now
     anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
     language: str = ""  # the document's languageId, for the stats
     context: tuple[str, ...] = ()  # the context sources its prompt holds, for the stats
@@ -67,6 +67,12 @@ class Place:
         where = {f.name: getattr(place, f.name) for f in fields(Place) if f.init}
         del where["signal"]
         return cls(**where, **own)
+
+    def stale(self) -> bool:
+        """Whether the document was edited since the work was asked (its result would be for
+        text that no longer exists)."""
+        current = self.current_edits()
+        return current is not None and current > self.edits
 
     def stop(self, wanted_by: Place | None = None) -> None:
         """Stop for ``wanted_by`` (a newer request or warm-up; None: nobody needs the work):

@@ -29,7 +29,7 @@ from ..stats.store import Store
 from ..stats.verdicts import Ledger
 from ..workspace.accepted import AcceptedCompletions
 from ..workspace.index import Workspaces
-from . import handlers, workspace
+from . import folders, handlers
 from .config import Settings
 from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
@@ -107,7 +107,7 @@ class CodespecProtocol(LanguageServerProtocol):
         item = params.text_document
         doc = Document(item.uri, item.text, item.version, item.language_id or "")
         self.session.documents[item.uri] = doc
-        workspace.document_opened(self._server, doc)
+        folders.document_opened(self._server, doc)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
@@ -155,7 +155,7 @@ class CodespecProtocol(LanguageServerProtocol):
         uri = params.text_document.uri
         state = self.session
         if (closed := state.documents.pop(uri, None)) is not None:
-            workspace.document_opened(self._server, closed)  # its last text, as the editor had it
+            folders.document_opened(self._server, closed)  # its last text, as the editor had it
         state.context_memory.pop(uri, None)
         state.snippet_memory.pop(uri, None)
         state.anchors.pop(uri, None)
@@ -199,7 +199,7 @@ def create_session(
     if store is not None:
         state.ledger = Ledger(store.put_verdict)
     ls = CodespecServer(state, worker, store, model_ready, engine_status, workspaces, accepted)
-    state.ledger.on_taken = functools.partial(workspace.learn_accepted, ls)
+    state.ledger.on_taken = functools.partial(folders.learn_accepted, ls)
     handlers.register(ls)
     return ls
 

@@ -236,8 +236,7 @@ class Worker:
         """Run ``job`` unless it is cancelled or stale: (outcome, its result, its failure)."""
         if job.signal.cancelled:
             return Outcome.CANCELLED, None, None
-        current = job.current_version()
-        if current is not None and current > job.version:
+        if job.stale():
             return Outcome.STALE, None, None
         try:
             pair = self._pair()
@@ -309,8 +308,7 @@ class Worker:
         self.warm(WarmJob.at(job, shown_next=shown_next))
 
     def _warm(self, job: WarmJob) -> None:
-        current = job.current_version()
-        if job.signal.cancelled or (current is not None and current > job.version):
+        if job.signal.cancelled or job.stale():
             return
         pair = self._pair()
         warming = pair.engine.warming

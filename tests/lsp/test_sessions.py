@@ -250,9 +250,15 @@ async def test_no_warm_up_for_a_disabled_language(client):
     )
     uri = "file:///tmp/off.lua"
     open_doc(client, uri, "local x = 1\n", language="lua")
-    stats = await stats_when(client, lambda s: s.warmed >= 0)
-    before = stats.warmed
+    before = (await client.protocol.send_request_async("codespec/stats", None)).daemon.warmed
     edit(client, uri, 2, 1, 0, "local y = 2")
     await asyncio.sleep(1.5)  # five times the warm-up delay
     stats = (await client.protocol.send_request_async("codespec/stats", None)).daemon
     assert stats.warmed == before
+    # Positive control: the same edit in a language that is not disabled warms its place, in
+    # the same session and within the same wait.
+    on = "file:///tmp/on.py"
+    open_doc(client, on, "x = 1\n")
+    edit(client, on, 2, 1, 0, "y = 2")
+    stats = await stats_when(client, lambda s: s.warmed > before, timeout=1.5)
+    assert stats.warmed > before

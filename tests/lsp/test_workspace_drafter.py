@@ -137,7 +137,12 @@ def test_the_folder_drafts_and_accepted_completions_are_kept(drafter_daemon, tmp
     off = session(socket_path, project, {**OPTIONS, "workspaceContext": False})
     off.send(did_open(other.as_uri(), MAIN))
     before = workspace_counts(off)
-    accept_one(off, other.as_uri(), MAIN, "off")
-    time.sleep(1.0)
-    assert accepted_file.read_bytes() == kept
+    accept_one(off, other.as_uri(), MAIN, "off")  # (answered before the next is sent)
+    # Positive control, in the same order: the session with the context on keeps its accepted
+    # completion; once that one is on disk, one the other session's accept had made would be
+    # too (both go through the daemon's one writer, the off session's first).
+    accept_one(client, main.as_uri(), MAIN, "take-again")
+    wait_for(lambda: len(read_records(accepted_file)) >= 2, "the second accept not kept")
+    records = read_records(accepted_file)
+    assert len(records) == 2 and accepted_file.read_bytes().startswith(kept)
     assert workspace_counts(off) == before

@@ -1,5 +1,6 @@
-"""A session's workspace: the folders its client declared, their indexes (shared through the
-daemon's ``workspace.index.Workspaces``), and the cross-file context a request gets from them.
+"""A session's workspace folders: the folders its client declared, their indexes (shared
+through the daemon's ``workspace.index.Workspaces``), and the cross-file context a request gets
+from them (the reading and indexing itself is the ``workspace`` package's).
 
 The index reads files from disk only below the declared folders and only while the
 ``workspaceContext`` setting is on and the client has not said the folders are untrusted
