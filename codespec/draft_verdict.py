@@ -1,8 +1,8 @@
 """Remember, per machine, that the draft model cannot pay, so later starts skip loading it.
 
 Calibration at load times a draft step against a target pass; where the draft's step costs
-too much of a pass (a 2-core AVX2 CPU: 0.55-0.7), it is released at once. Loading it only to
-drop it cost ~10 s of every start there (49.6 against 38.7 s). The verdict is kept beside the
+too much of a pass, it is released at once, and loading it only to drop it would slow every
+start on that machine (``docs/benchmarks.md``, "The draft on a CPU"). The verdict is kept beside the
 kernel plans, keyed like them by processor, flags, torch version and threads
 (``quant.kernels.machine_fingerprint``), and by the pair, device and quantization.
 ``--draft on`` still loads the draft (and records nothing); deleting the file measures again.

@@ -1,9 +1,9 @@
 """One GEMM for the projections that read the same input: q/k/v, and the MLP's gate/up.
 
-A one-row decode pass of the 1.5B model calls 197 small quantized linear layers, and each call
-has a fixed cost (rounding the input row, the kernel's setup, Python) on top of reading its
-weights. Fused, it is 113 calls; on a 2-core AVX2 CPU the w8a8 linear layers of a one-row pass
-took 60 ms instead of 72.
+A one-row decode pass calls many small quantized linear layers, and each call has a fixed cost
+(rounding the input row, the kernel's setup, Python) on top of reading its weights; fusing the
+projections that share an input removes over a third of the calls (``docs/benchmarks.md``,
+"Measurements behind the code", Fusion).
 
 Hugging Face's modules call ``q_proj(x)``, ``k_proj(x)`` and ``v_proj(x)`` one after another on
 the same tensor (and ``gate_proj(x)``, ``up_proj(x)``). Each of those becomes a ``FusedPart``
