@@ -34,7 +34,7 @@ def pass_ms(target, context: list[int], width: int, repeats: int) -> float:
 
 def measure(backend: str, args) -> dict:
     pair = load_pair(backend=backend, draft_mode="off", progress=lambda m: None)
-    target, cores = pair.engine.target, pair.engine.max_threads
+    target, cores = pair.local.target, pair.local.max_threads
     widths = [w for w in args.widths if w <= getattr(target, "max_pass_rows", 1 << 30)]
     context = [(7 * i + 100) % 150000 for i in range(args.context)]
     rows: dict[str, dict[int, float]] = {}

@@ -24,7 +24,7 @@ def main() -> None:
     args = arguments(__doc__.split("\n\n")[0], repeats=11, contexts="150,1000")
     contexts, widths = args.contexts, args.widths
     pair = lean_target("decoder_pass")
-    target = pair.engine.target
+    target = pair.local.target
     print(machine_line(pair))
     ids = prompt_ids(pair, max(contexts) + max(widths))
     print("| context | rows | lean pass p50 | model forward p50 | lean / forward | same bits |")

@@ -36,7 +36,7 @@ def numbers(text: str) -> list[int]:
 def lean_target(script: str) -> LoadedPair:
     """The embedded pair without its draft, its target running the lean pass (else exit)."""
     pair = load_pair(use_draft=False, progress=lambda m: None)
-    if not pair.engine.target._lean():
+    if not pair.local.target._lean():
         sys.exit(f"{script}: this model does not run the lean pass")
     return pair
 

@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     pair = load_pair(use_draft=False, progress=lambda m: None)
-    tokenizer, target = pair.tokenizer, pair.engine.target
+    tokenizer, target = pair.tokenizer, pair.local.target
     options = CompletionOptions(prompt_seconds=2.5)
     rng = random.Random(args.seed)
     ranks: dict[str, list[int]] = {}  # file suffix -> rank of each model-run keystroke's char

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codespec.bench import sources  # noqa: E402
 from codespec.bench.main import holes_from  # noqa: E402
-from codespec.bench.runner import BenchSettings, prompt_ids  # noqa: E402
+from codespec.bench.runner import bench_settings, prompt_ids  # noqa: E402
 from codespec.engine.acceptance import evidence_bucket  # noqa: E402
 from codespec.engine.ngram import NgramProposer  # noqa: E402
 from codespec.models import load_manifest, load_tokenizer  # noqa: E402
@@ -102,7 +102,7 @@ def main() -> None:
     listed = json.loads(Path(args.split_by).read_text())["corpus"]["holes"]
     in_tables = {(h["file"], h["start"]) for h in listed}
     groups: dict[str, list[dict]] = {"held out": [], "in --split-by": []}
-    settings = BenchSettings(prompt_seconds=0)
+    settings = bench_settings(48, prompt_seconds=0)
     for hole in holes:
         key = (hole.file, hole.start)
         completion = pair.tokenizer(completions[key], add_special_tokens=False)["input_ids"]

@@ -107,7 +107,7 @@ def main() -> None:
     args = arguments(__doc__.split("\n\n")[0], repeats=15, contexts="150,1000,2000")
     contexts, widths = args.contexts, args.widths
     pair = lean_target("pass_parts")
-    target = pair.engine.target
+    target = pair.local.target
     bandwidth = read_bandwidth_gb_s()
     weights = weight_bytes(target.model)
     floor_ms = 1000 * weights / (bandwidth * 1e9)
