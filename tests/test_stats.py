@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from codespec.stats import schema
 from codespec.stats import store as store_module
 from codespec.stats.record import Timing, request_row
 from codespec.stats.report import ReportError, build, parse_since, table
-from codespec.stats.store import SCHEMA_VERSION, Store, StoreError, open_readonly
+from codespec.stats.schema import SCHEMA_VERSION, StoreError, open_readonly
+from codespec.stats.store import Store
 from codespec.stats.verdicts import EXPIRE_S, Ledger, Suggestion
 
 # -- verdicts -------------------------------------------------------------------------------
@@ -239,6 +241,43 @@ def test_a_full_disk_moves_the_rows_to_memory_with_one_warning(tmp_path):
     assert store.status.startswith("memory") and "full" in store.status
     assert len(store.warnings) == 1
     assert count(store) == 600  # what the file held was carried over; nothing lost
+    store.close()
+
+
+def store_with_version(path, value) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (value,))
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("value", ["abc", "4.0", "", "-3", " 4", "٤", "9" * 40, None])
+def test_a_malformed_schema_version_is_a_damaged_store(tmp_path, value):
+    """Text, a fraction, a negative, an empty string, other digits, a huge number, NULL: the
+    daemon moves the store aside and starts a fresh one; ``codespec stats`` says so in a line."""
+    path = tmp_path / "s.sqlite3"
+    store_with_version(path, value)
+    result = stats_cli("--db", str(path))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    store = Store(path)
+    assert store.status == "file" and len(store.warnings) == 1, store.warnings
+    assert list(tmp_path.glob("s.sqlite3.corrupt-*"))
+    store.put_request(row("a"))
+    store.flush()
+    assert count(store) == 1
+    store.close()
+    assert stats_cli("--db", str(path), "--json").returncode == 0  # the fresh store reads
+
+
+def test_a_well_formed_older_version_is_migrated_not_moved(tmp_path):
+    """(The control of the test above: a good version string keeps the store.)"""
+    path = tmp_path / "s.sqlite3"
+    store_with_version(path, "0")
+    store = Store(path)
+    assert store.status == "file" and store.warnings == []
+    assert not list(tmp_path.glob("*.corrupt-*"))
     store.close()
 
 
@@ -632,7 +671,7 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     path = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-    for statement in store_module.MIGRATIONS[1]:
+    for statement in schema.MIGRATIONS[1]:
         conn.execute(statement)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     old = {

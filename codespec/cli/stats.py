@@ -41,7 +41,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_forget(args: argparse.Namespace) -> int:
     """Delete the accepted-completions file; a running daemon notices and forgets its copy."""
-    from ..stats.store import default_path
+    from ..stats.schema import default_path
     from ..workspace.accepted import FILE_NAME, forget
 
     path = (Path(args.db) if args.db else default_path()).parent / FILE_NAME

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .report import ReportError, fetch, parse_since, query, table
-from .store import StoreError, default_path, open_readonly
+from .schema import StoreError, default_path, open_readonly
 
 EXIT_USAGE = 2
 
