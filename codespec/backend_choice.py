@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .engine.timing import pass_seconds
-from .files import parse_json
+from .files import FileError, parse_json, read_owned_text
 from .models import PairManifest, Progress, cache_root
 from .quant.kernels import machine_fingerprint, write_atomically
 
@@ -36,9 +36,9 @@ def verdict_file(manifest: PairManifest) -> Path:
 def cached(manifest: PairManifest) -> dict | None:
     """This machine's measured prices (seconds per backend), or None."""
     try:
-        saved = parse_json(verdict_file(manifest).read_text())
+        saved = parse_json(read_owned_text(verdict_file(manifest)))
         prices = saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
-    except (OSError, ValueError):
+    except (OSError, FileError, ValueError):
         return None
     ok = isinstance(prices, dict) and all(
         isinstance(prices.get(b), int | float) and prices[b] > 0 for b in BACKENDS
@@ -87,9 +87,9 @@ def _price(target) -> float:
 def _remember(manifest: PairManifest, prices: dict) -> None:
     path = verdict_file(manifest)
     try:
-        saved = parse_json(path.read_text())
+        saved = parse_json(read_owned_text(path))
         saved = saved if isinstance(saved, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, FileError, ValueError):
         saved = {}
     saved[machine_fingerprint()] = {b: round(prices[b], 4) for b in BACKENDS}
     write_atomically(path, json.dumps(saved, indent=1))

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from .engine.calibration import draft_cost_note
-from .files import parse_json
+from .files import FileError, parse_json, read_owned_text
 from .models import PairManifest, cache_root
 from .quant.kernels import machine_fingerprint, write_atomically
 
@@ -35,8 +35,8 @@ def cached_note(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        ratio = parse_json(path.read_text()).get(machine_fingerprint())
-    except (OSError, ValueError, AttributeError):
+        ratio = parse_json(read_owned_text(path)).get(machine_fingerprint())
+    except (OSError, FileError, ValueError, AttributeError):
         return None
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio > 0:
         return None  # not a measured ratio (an older file's text, or damaged): measure again
@@ -49,9 +49,9 @@ def remember(path: Path | None, ratio: float | None) -> None:
     if path is None or ratio is None:
         return
     try:
-        saved = parse_json(path.read_text())
+        saved = parse_json(read_owned_text(path))
         saved = saved if isinstance(saved, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, FileError, ValueError):
         saved = {}
     saved[machine_fingerprint()] = round(ratio, 3)
     write_atomically(path, json.dumps(saved, indent=1))

@@ -8,6 +8,7 @@ message names the file and says what is wrong.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -100,6 +101,55 @@ def write_private(path: Path, text: str) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+# How the daemon opens the files it owns (state, config, cache and runtime folders): never
+# through a symlink planted at the name, never blocking on a FIFO or a device put there.
+OWNED = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_owned(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """A descriptor of a file the daemon owns: a regular file of this user, not reached through
+    a link. ``FileError`` (one line) for anything else: a link, a FIFO, a device, a directory,
+    another user's file, which are left as they are. FileNotFoundError passes through."""
+    name = str(path)
+    try:
+        fd = os.open(name, flags | OWNED, mode)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileError(f"{name} is a symbolic link: left alone") from None
+        raise FileError(f"cannot open {name}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = f"{name} is not a regular file (a directory, device, pipe or socket): left alone"
+    elif info.st_uid != os.getuid():
+        problem = f"{name} belongs to another user: left alone"
+    if problem is not None:
+        os.close(fd)
+        raise FileError(problem)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_owned(path: str | os.PathLike, limit: int = MAX_SMALL_FILE_BYTES) -> bytes:
+    """The bytes of a file the daemon owns (``open_owned``), of at most ``limit`` bytes."""
+    fd = open_owned(path)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileError(f"{path} is too large (more than {limit} bytes)")
+    return data
+
+
+def read_owned_text(path: str | os.PathLike, limit: int = MAX_SMALL_FILE_BYTES) -> str:
+    """``read_owned`` as UTF-8 text."""
+    try:
+        return read_owned(path, limit).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(f"{path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def parse_json(text: str | bytes) -> Any:

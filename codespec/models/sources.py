@@ -16,7 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ..files import parse_json
+from ..files import parse_json, read_owned_text
 from .manifests import ModelError, ModelSource, Progress
 from .preparation import convert_gguf, quantize_gguf
 
@@ -90,7 +90,7 @@ def _cache_is_valid(folder: Path) -> bool:
     and whose safetensors headers parse."""
     marker = folder / "prepared.json"
     try:
-        info = parse_json(marker.read_text())
+        info = parse_json(read_owned_text(marker))
         for name, size in info["files"].items():
             if (folder / name).stat().st_size != size:
                 return False

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import machine
-from ..files import create_new, parse_json
+from ..files import FileError, create_new, parse_json, read_owned_text
 from .layers import (
     Int4Weight,
     QuantLinear,
@@ -242,9 +242,9 @@ def load_or_measure(
     ``force`` (a name in ``KERNELS``) skips the kernel choice (the dtype is still measured)."""
     fingerprint = machine_fingerprint()
     try:
-        saved = parse_json(cache_file.read_text())
+        saved = parse_json(read_owned_text(cache_file))
         entry = saved.get(fingerprint) if saved.get("format") == PLAN_FORMAT else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, FileError, ValueError, AttributeError):
         saved, entry = {}, None
     if entry is not None:
         plan = KernelPlan(**entry)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import parse_json
+from ..files import parse_json, write_private
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
@@ -297,7 +297,7 @@ async def run_daemon(
         flush=True,
     )
     if ready_file is not None:
-        ready_file.write_text(str(os.getpid()))
+        write_private(ready_file, str(os.getpid()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

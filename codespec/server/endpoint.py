@@ -16,7 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ..files import FileError, read_text, write_private
+from ..files import FileError, open_owned, write_private
 
 AUTH = "codespec/auth"
 # sent to a TCP peer whose token was wrong, just before the daemon closes the connection, so that
@@ -122,8 +122,13 @@ def read_or_create_token(path: Path | None = None) -> str:
         finally:
             tmp.unlink(missing_ok=True)
     try:
-        os.chmod(path, 0o600)
-        token = read_text(path, limit=4096).strip()
+        fd = open_owned(path)  # this user's regular file, not a link: its mode is ours to set
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                token = f.read(4096).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
     except (OSError, FileError) as exc:
         raise TokenError(f"cannot read the token file: {exc}") from None
     if not TOKEN_FORMAT.fullmatch(token):

@@ -13,6 +13,7 @@ daemon notices within ``CHECK_S`` and forgets its copy too.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.corpus import SEPARATOR, TokenCorpus
+from ..files import FileError, create_new, open_owned
 
 log = logging.getLogger("codespec.workspace")
 MAGIC = b"codespec accepted tokens 1\n"
@@ -32,16 +34,28 @@ MAX_TOKENS = 200_000
 CHECK_S = 1.0  # how often a request's look at the file (``corpus``) may stat it
 
 
-def read_records(path: Path) -> list[np.ndarray]:
-    """The completions in ``path``; [] for a missing file. ValueError: not such a file."""
+def read_records(path: Path, max_tokens: int = MAX_TOKENS) -> list[np.ndarray]:
+    """The completions in ``path``, the newest ``max_tokens`` of them at most (a larger file is
+    read from its end, never whole); [] for a missing file. ValueError: not such a file (a
+    link, a FIFO, another user's or another program's file: left alone)."""
     try:
-        data = path.read_bytes()
+        fd = open_owned(path)
     except FileNotFoundError:
         return []
-    if not data.startswith(MAGIC):
-        raise ValueError(f"{path} is not a codespec accepted-tokens file")
-    body = data[len(MAGIC) :]
+    except FileError as exc:
+        raise ValueError(str(exc)) from None
+    with os.fdopen(fd, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path} is not a codespec accepted-tokens file")
+        size = os.fstat(f.fileno()).st_size - len(MAGIC)
+        keep = 4 * (2 * max_tokens + 1)  # the records' ids and separators, with room to spare
+        if size > keep:  # (a record cut at the start is dropped below, with the torn ones)
+            f.seek(len(MAGIC) + size - keep - size % 4)
+        body = f.read(keep + 4)
     ids = np.frombuffer(body[: len(body) - len(body) % 4], dtype="<i4")
+    if size > keep:  # the first record read may be a tail: start after its separator
+        first = np.flatnonzero(ids == SEPARATOR)
+        ids = ids[first[0] + 1 :] if len(first) else ids[:0]
     ends = np.flatnonzero(ids == SEPARATOR)
     if not len(ends):
         return []
@@ -77,7 +91,7 @@ class AcceptedCompletions:
         self._checked_at = 0.0
         if path is not None:
             try:
-                for record in read_records(path):
+                for record in read_records(path, max_tokens):
                     self._keep(record)
                 self._file_id = _identity(path)
                 # a torn tail (or dropped records) is rewritten away before the next append,
@@ -114,7 +128,7 @@ class AcceptedCompletions:
             if self.path is not None:
                 try:
                     self._write(record)
-                except OSError as exc:
+                except (OSError, FileError) as exc:
                     log.warning("accepted completions not saved: %s", exc)
 
     def _keep(self, record: np.ndarray) -> None:
@@ -138,8 +152,9 @@ class AcceptedCompletions:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         here = _identity(self.path)
         if self._rewrite or here is None or here != self._file_id:
+            # a new file beside it (never through a link planted at the name), then renamed
             temporary = self.path.with_name(self.path.name + ".tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = create_new(temporary, 0o600)
             with os.fdopen(fd, "wb") as out:
                 out.write(MAGIC + encode(self._records))
                 out.flush()
@@ -147,10 +162,27 @@ class AcceptedCompletions:
             os.replace(temporary, self.path)
             self._rewrite = False
         else:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
-            with os.fdopen(fd, "ab") as out:
-                out.write(encode([record]))
+            self._append(encode([record]))
         self._file_id = _identity(self.path)
+
+    def _append(self, data: bytes) -> None:
+        """Append whole records, or nothing: a short write (a full disk, a file-size limit) is
+        cut back off, and the next write rewrites the file from memory, so a torn record
+        never shifts the ones after it."""
+        assert self.path is not None
+        fd = open_owned(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                written = -1
+            if written != len(data):
+                self._rewrite = True
+                os.ftruncate(fd, size)
+                raise OSError(errno.ENOSPC, "the accepted completion did not fit on the disk")
+        finally:
+            os.close(fd)
 
     def _forget_memory(self) -> None:
         log.info("accepted completions forgotten (their file was removed)")
@@ -171,9 +203,15 @@ def forget(path: Path) -> bool:
     """Delete the accepted completions at ``path``; True when there were some.
     ValueError: the file there is not ours (it is left alone)."""
     try:
-        with open(path, "rb") as file:
-            if file.read(len(MAGIC)) != MAGIC:
-                raise ValueError(f"{path} is not a codespec accepted-tokens file; left alone")
+        fd = open_owned(path)
+    except FileNotFoundError:
+        return False
+    except FileError as exc:
+        raise ValueError(str(exc)) from None
+    with os.fdopen(fd, "rb") as file:
+        if file.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path} is not a codespec accepted-tokens file; left alone")
+    try:
         path.unlink()
     except FileNotFoundError:
         return False

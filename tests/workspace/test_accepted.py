@@ -132,3 +132,118 @@ def test_codespec_forget_deletes_only_its_file(tmp_path):
     refused = forget("--db", str(tmp_path / "stats.sqlite3"))
     assert refused.returncode == 2 and path.exists()
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+# -- planted files: every name the store uses, under every kind of thing an attacker can put
+# there (issue 55: a link at the temporary name destroyed its target; a FIFO hung the daemon)
+
+
+def planted(kind: str, at, victim):
+    if kind == "symlink":
+        os.symlink(victim, at)
+    elif kind == "fifo":
+        os.mkfifo(at)
+    elif kind == "directory":
+        at.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_thing_planted_at_the_file_is_left_alone_and_nothing_hangs(tmp_path, kind):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = tmp_path / FILE_NAME
+    planted(kind, path, victim)
+    accepted = run_briefly(lambda: book(path))  # (a FIFO opened for reading would block)
+    accepted.learn("x = f(", "kept in memory)")
+    assert continuation(accepted, "y = f(") == "kept in memory)"  # served from memory
+    assert victim.read_text() == "precious\n"
+    assert (path.is_symlink(), path.is_fifo(), path.is_dir()) == (
+        kind == "symlink",
+        kind == "fifo",
+        kind == "directory",
+    )
+    with pytest.raises(ValueError, match="left alone"):
+        run_briefly(lambda: store.forget(path))
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_thing_planted_at_the_temporary_name_is_replaced_not_followed(tmp_path, kind):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = tmp_path / FILE_NAME
+    planted(kind, tmp_path / (FILE_NAME + ".tmp"), victim)
+    accepted = book(path)
+    accepted.learn("x = f(", "first)")  # a new file: written through the temporary name
+    assert victim.read_text() == "precious\n"
+    assert [("".join(map(chr, r))).endswith("first)") for r in read_records(path)] == [True]
+
+
+def test_the_control_a_plain_file_is_used(tmp_path):
+    """(The control of the two above: the same steps on the store's own file work.)"""
+    path = tmp_path / FILE_NAME
+    book(path).learn("x = f(", "first)")
+    accepted = book(path)
+    assert continuation(accepted, "y = f(") == "first)"
+    assert store.forget(path) and not path.exists()
+
+
+def run_briefly(action, seconds: float = 5.0):
+    """``action()`` on a thread; fail (instead of hanging the suite) if it blocks."""
+    import threading
+
+    out: list = []
+    errors: list = []
+
+    def run() -> None:
+        try:
+            out.append(action())
+        except BaseException as exc:  # (re-raised on the test's thread)
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "it blocked"
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def test_a_short_append_is_cut_back_and_later_records_stay_aligned(tmp_path):
+    """A file-size limit lets an append through in part (as a full disk does): the torn bytes
+    are cut off, the next write rewrites the file, and a restart reads every record."""
+    path = tmp_path / FILE_NAME
+    script = f"""
+import os, resource
+from pathlib import Path
+from codespec.workspace.accepted import AcceptedCompletions
+chars = lambda text: [ord(c) for c in text]
+path = Path({str(path)!r})
+book = AcceptedCompletions(path, tokenizer=lambda: chars)
+book.learn("a = f(", "first)")
+limit = os.path.getsize(path) + 10  # room for 2 ids of the next record, not all of it
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+book.learn("b = g(", "second, which does not fit)")
+assert os.path.getsize(path) <= limit
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+book.learn("c = h(", "third)")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "not saved" in done.stderr  # the short append was said, once
+    texts = ["".join(map(chr, r)) for r in read_records(path)]
+    assert [
+        t.endswith(end) for t, end in zip(texts, ["first)", "fit)", "third)"], strict=True)
+    ] == [True] * 3
+    assert (os.path.getsize(path) - len(MAGIC)) % 4 == 0
+
+
+def test_a_huge_file_is_read_from_its_end_within_the_bound(tmp_path):
+    path = tmp_path / FILE_NAME
+    records = [np.arange(1, 41, dtype=np.int32) + i for i in range(5000)]  # 205,000 ids
+    path.write_bytes(MAGIC + store.encode(records))
+    kept = read_records(path, max_tokens=1000)
+    assert 0 < sum(map(len, kept)) <= 2 * 1000 + 1
+    assert [list(r) for r in kept[-3:]] == [list(r) for r in records[-3:]]  # the newest, whole
+    assert all(len(r) == 40 for r in kept)  # no record cut in two
