@@ -87,6 +87,7 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.tls = tls
         self.mode = "pass"
+        self.raw = b""  # the reply in mode "raw"
         self.cut_after = 600
         self.trickle_s = 0.02
         self.connections = 0
@@ -136,6 +137,9 @@ class FaultProxy:
                 await asyncio.sleep(3600)
             elif mode in ("503", "429", "401"):
                 writer.write(_error_reply(mode, head))
+                await writer.drain()
+            elif mode == "raw":  # whatever the test put in ``raw``, as the whole reply
+                writer.write(self.raw)
                 await writer.drain()
             elif mode == "garbage":
                 writer.write(_stream_head() + b"data: {this is not json\n\n")

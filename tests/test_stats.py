@@ -702,3 +702,39 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     report = query(reader, "all", None, "language")
     assert report["total"]["requests"] == 1 and report["total"]["server"]["proposed"] == 0
     assert report["total"]["workspace"]["proposed"] == 0
+
+
+@pytest.mark.parametrize("column", ["first_ms", "total_ms", "decode_s", "tokens", "t"])
+def test_a_row_with_text_in_a_number_column_breaks_no_report(tmp_path, column):
+    """SQLite keeps whatever a row was given: one row with text where a number belongs is read
+    as missing, and every form of the report still works (terminal, JSON, HTML, by kind)."""
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("good", "python"))
+    store.put_request(row("bad", "python"))
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE requests SET {column} = 'not a number' WHERE id = 'bad'")
+    conn.commit()
+    conn.close()
+    for args in (
+        [],
+        ["--json"],
+        ["--by", "kind"],
+        ["--by", "day"],
+        ["--html", str(tmp_path / "r.html")],
+    ):
+        result = stats_cli("--db", str(path), *args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    report = json.loads(stats_cli("--db", str(path), "--json").stdout)
+    assert report["total"]["requests"] >= 1
+
+
+def test_raw_escapes_in_a_language_id_do_not_reach_the_terminal(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("a", "py\x1b[2Jthon\x07"))
+    store.close()
+    result = stats_cli("--db", str(path))
+    assert result.returncode == 0 and "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "py?[2Jthon?" in result.stdout  # (shown, made harmless)

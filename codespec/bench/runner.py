@@ -49,7 +49,7 @@ def mode_of(hole: Hole) -> Mode:
 
 def options_for(hole: Hole, settings: Settings, **changes) -> CompletionOptions:
     """The options ``complete`` gets for ``hole`` (its mode: ``mode_of``)."""
-    return completion_options(settings, mode=mode_of(hole), **changes)
+    return completion_options(settings, **({"mode": mode_of(hole)} | changes))
 
 
 def cursor_of(hole: Hole, typed: str = "") -> Cursor:

@@ -33,6 +33,7 @@ from ..engine.request import Output
 from .config import RemoteConfig
 from .health import Health
 from .metrics import ServerSpeculation, from_event
+from .secrets import shown
 from .speculation import RemoteSpeculation
 from .sse import StreamFault
 from .stream import stream_completion
@@ -185,7 +186,6 @@ class RemoteEngine:
                 event = events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
             except queue.Empty:
                 continue
-            last = time.perf_counter()
             kind = event[0]
             if kind == "fault":
                 return self._fault(url, event[1], output, stats, texted)
@@ -199,6 +199,7 @@ class RemoteEngine:
                 self._meta(event[1], stats, context)
                 continue
             _, text, finish = event
+            last = time.perf_counter()  # (the timeouts wait for text: other events do not count)
             if not texted:
                 texted = True
                 stats.ttft_s = stats.prefill_s = last - t0
@@ -215,7 +216,7 @@ class RemoteEngine:
         self, url: str, fault: StreamFault, output: Output, stats: GenerationStats, texted: bool
     ) -> bool:
         """Note a fault; True when the request may go on to the next URL."""
-        reason = self._scrub(fault.reason)
+        reason = shown(fault.reason, self.config.token)
         if fault.retry:
             self.health.failed(url, reason, fault.retry_after_s)
         else:
@@ -229,11 +230,6 @@ class RemoteEngine:
             return True  # (when no URL is left, the request ends "unreachable")
         stats.stop_reason = "remote_error"
         return False
-
-    def _scrub(self, text: str) -> str:
-        """A server's words without the token (a careless server may echo it back)."""
-        token = self.config.token
-        return text.replace(token, "<token>") if token else text
 
     def _meta(self, event: dict, stats: GenerationStats, context: str = "") -> None:
         usage = event.get("usage")

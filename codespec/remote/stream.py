@@ -36,7 +36,8 @@ def retry_after(value: str | None) -> float | None:
 
 def fault_for_status(status: int, headers: httpx.Headers, body: bytes) -> StreamFault:
     """What an error status means for the URL: down (5xx, 429, 408) or a request it refuses."""
-    detail = body[:200].decode("utf-8", "replace").replace("\n", " ").strip()
+    # (not cut here: the engine masks the token in it first, then cuts: ``secrets.shown``)
+    detail = body[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
     reason = f"HTTP {status}" + (f": {detail}" if detail else "")
     if status == 429 or status == 408 or status >= 500:
         return StreamFault(reason, retry_after(headers.get("retry-after")))
@@ -109,13 +110,15 @@ def _deliver(data: str, events: queue.Queue) -> bool:
         event = json.loads(data)
     except ValueError:
         raise StreamFault("a stream event that is not JSON", retry=False) from None
+    except RecursionError:
+        raise StreamFault("a stream event nested too deeply to read", retry=False) from None
     if not isinstance(event, dict):
         raise StreamFault("a stream event that is not a JSON object", retry=False)
     if "error" in event and "choices" not in event:
         message = event["error"]
         if isinstance(message, dict):
             message = message.get("message", "")
-        raise StreamFault(f"the server reported an error: {str(message)[:200]}")
+        raise StreamFault(f"the server reported an error: {message}")
     text, finish = choice_text(event)
     if text or finish:
         events.put(("text", text, finish))
@@ -125,4 +128,5 @@ def _deliver(data: str, events: queue.Queue) -> bool:
 
 
 def _short(exc: Exception) -> str:
-    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
+    lines = (str(exc) or type(exc).__name__).splitlines()
+    return lines[0] if lines else type(exc).__name__

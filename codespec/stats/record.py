@@ -77,6 +77,22 @@ VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
 MAX_LABEL = 64  # a languageId is a label, not a place to store text
 
 
+def number(column: str) -> str:
+    """SQL reading ``column`` as a number, NULL where a row holds anything else: a store is a
+    file anyone with the user's rights can write, and one row of text in a number's column
+    must not break every report (SQLite keeps whatever type a row was given)."""
+    return f"(CASE WHEN typeof({column}) IN ('integer', 'real') THEN {column} END)"
+
+
+def read(column: str) -> str:
+    """SQL reading ``column`` as a report reads it: a number column through ``number``, its
+    default where it has one (a count is 0, a latency missing)."""
+    kind = REQUEST_COLUMNS[column]
+    if not kind.startswith(("REAL", "INTEGER")):
+        return column
+    return f"COALESCE({number(column)}, 0)" if "DEFAULT 0" in kind else number(column)
+
+
 def _default(kind: str) -> object:
     """A column's value before anything is known: its SQL default, else NULL."""
     if "DEFAULT ''" in kind:

@@ -12,7 +12,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from .record import REQUEST_COLUMNS, Outcome
+from .record import REQUEST_COLUMNS, Outcome, number, read
 from .summary import percentiles, proposer, ratio, summaries
 
 GROUPINGS = ("language", "kind", "day", "context")
@@ -37,7 +37,7 @@ def parse_since(text: str | None) -> float | None:
 
 def window(since_s: float | None, language: str | None) -> tuple[str, list]:
     """The SQL ``WHERE`` clause (or "") and its arguments for a window and a language."""
-    where, args = [], []
+    where, args = [f"{number('t')} IS NOT NULL"], []  # (a row without a time is in no window)
     if since_s is not None:
         where.append("t >= ?")
         args.append(time.time() - since_s)
@@ -53,7 +53,7 @@ def fetch(
     """The rows in the window, oldest first (for the HTML page's charts)."""
     where, args = window(since_s, language)
     names = list(REQUEST_COLUMNS)
-    query = f"SELECT {', '.join(names)} FROM requests{where} ORDER BY t"
+    query = f"SELECT {', '.join(map(read, names))} FROM requests{where} ORDER BY t"
     return [dict(zip(names, row, strict=True)) for row in conn.execute(query, args)]
 
 
@@ -193,11 +193,17 @@ COLUMNS = (
 )
 
 
+def _label(key: object) -> str:
+    """A group's key as a terminal may show it: a client sends languageIds, and an escape
+    sequence in one must not reach the user's terminal."""
+    return "".join(c if c.isprintable() else "?" for c in str(key))
+
+
 def table(report: dict) -> str:
     """A fixed-width table: one row per group and a total row."""
     by = report["filters"]["by"]
     header = [by, *(name for name, _ in COLUMNS)]
-    body = [[g["key"], *(cell(g) for _, cell in COLUMNS)] for g in report["groups"]]
+    body = [[_label(g["key"]), *(cell(g) for _, cell in COLUMNS)] for g in report["groups"]]
     body.append(["total", *(cell(report["total"]) for _, cell in COLUMNS)])
     widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
     lines = [

@@ -18,7 +18,7 @@ import sqlite3
 from array import array
 from collections import Counter, defaultdict
 
-from .record import Outcome
+from .record import Outcome, number
 
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
 GROUP_SQL = {
@@ -84,7 +84,7 @@ def summaries(
     """(the whole window's figures, each group's figures by key) for the rows ``where``."""
     group = GROUP_SQL[by]
     table = source(conn, where, args)
-    sums = ", ".join(f"SUM({name})" for name in SUMMED)
+    sums = ", ".join(f"SUM({number(name)})" for name in SUMMED)
     tallies: dict[str, Tally] = defaultdict(Tally)
     total = Tally()
     query = (
@@ -112,7 +112,7 @@ def source(conn: sqlite3.Connection, where: str, args: list) -> str:
     filter keeps its index."""
     if "language" in where:
         return "requests"
-    if where:
+    if "t >= ?" in where:  # (a window in time; every window also leaves out rows without one)
         (in_window,) = conn.execute(f"SELECT COUNT(*) FROM requests{where}", args).fetchone()
         (everything,) = conn.execute("SELECT COUNT(*) FROM requests").fetchone()
         if 4 * in_window < everything:
@@ -127,7 +127,8 @@ def _latencies(
     out: dict[str, dict[str, array]] = defaultdict(lambda: {n: array("d") for n in LATENCIES})
     scope = f"{where} AND " if where else " WHERE "
     marks = ", ".join("?" for _ in RAN)
-    query = f"SELECT {group}, {', '.join(LATENCIES)} FROM {table}{scope}outcome IN ({marks})"
+    read = ", ".join(number(name) for name in LATENCIES)
+    query = f"SELECT {group}, {read} FROM {table}{scope}outcome IN ({marks})"
     for key, *values in conn.execute(query, [*args, *RAN]):
         arrays = out[key]
         for name, value in zip(LATENCIES, values, strict=True):

@@ -70,6 +70,12 @@ def workspace_counts(client: RawClient) -> tuple[int, int]:
     )
 
 
+def request_count(client: RawClient) -> int:
+    """The requests the daemon's stats hold so far."""
+    client.send({"jsonrpc": "2.0", "id": "rq", "method": "codespec/stats", "params": {}})
+    return client.reply_to("rq")["result"]["total"]["requests"]
+
+
 def accept_one(client: RawClient, uri: str, text: str, msg_id: str) -> None:
     """Ask at the end of ``text``, insert the suggestion as an editor does, run its command."""
     items = ask(client, uri, text, msg_id)["items"]
@@ -136,13 +142,17 @@ def test_the_folder_drafts_and_accepted_completions_are_kept(drafter_daemon, tmp
     other = tmp_path / "other.py"
     off = session(socket_path, project, {**OPTIONS, "workspaceContext": False})
     off.send(did_open(other.as_uri(), MAIN))
-    before = workspace_counts(off)
+    requests, before = request_count(off), workspace_counts(off)
     accept_one(off, other.as_uri(), MAIN, "off")  # (answered before the next is sent)
+    # its request's stats row is in once the request count moves: then nothing was drafted
+    wait_for(lambda: request_count(off) > requests, "the off session's request not recorded")
+    assert workspace_counts(off) == before
     # Positive control, in the same order: the session with the context on keeps its accepted
     # completion; once that one is on disk, one the other session's accept had made would be
     # too (both go through the daemon's one writer, the off session's first).
-    accept_one(client, main.as_uri(), MAIN, "take-again")
+    again = project / "again.py"  # (a fresh document, as the off session's is)
+    client.send(did_open(again.as_uri(), MAIN))
+    accept_one(client, again.as_uri(), MAIN, "take-again")
     wait_for(lambda: len(read_records(accepted_file)) >= 2, "the second accept not kept")
     records = read_records(accepted_file)
     assert len(records) == 2 and accepted_file.read_bytes().startswith(kept)
-    assert workspace_counts(off) == before
