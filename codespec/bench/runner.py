@@ -21,6 +21,7 @@ import resource
 import statistics
 from dataclasses import replace
 from pathlib import PurePath
+from typing import Any
 
 import torch
 from rapidfuzz.distance import Levenshtein
@@ -49,7 +50,8 @@ def mode_of(hole: Hole) -> Mode:
 
 def options_for(hole: Hole, settings: Settings, **changes) -> CompletionOptions:
     """The options ``complete`` gets for ``hole`` (its mode: ``mode_of``)."""
-    return completion_options(settings, **({"mode": mode_of(hole)} | changes))
+    own: dict[str, Any] = {"mode": mode_of(hole), **changes}  # (a caller may force another)
+    return completion_options(settings, False, **own)
 
 
 def cursor_of(hole: Hole, typed: str = "") -> Cursor:
