@@ -17,7 +17,9 @@ with an error right here, or dropped; it also normalizes the few things pygls ge
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from lsprotocol import types
 
@@ -69,8 +71,26 @@ def admit(state: Lifecycle, message: dict) -> str | dict:
     return DISPATCH
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # (a pair in the JSON is one character here)
+
+
+def plain_strings(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings replaced by U+FFFD. JSON lets a client
+    send half of a surrogate pair; nothing downstream can encode it (the tokenizer, the stats,
+    the log). The replacement has the same length in UTF-16 units and in UTF-8 bytes (as its
+    surrogate counts them), so no position moves."""
+    if isinstance(value, str):
+        return LONE_SURROGATE.sub("\ufffd", value) if LONE_SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {key: plain_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(item) for item in value]
+    return value
+
+
 def normalize(message: dict) -> dict:
-    """Fill in what a lenient client leaves out and pygls would choke on."""
+    """Fill in what a lenient client leaves out and pygls would choke on; no lone surrogates."""
+    message = plain_strings(message)
     if "method" in message:
         message.setdefault("params", None)  # JSON-RPC lets a request leave params out
     if message.get("method") == types.TEXT_DOCUMENT_DID_OPEN:

@@ -34,7 +34,7 @@ from .config import Settings
 from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
 from .jobs import schedule_warm
-from .lifecycle import DROP, admit, normalize
+from .lifecycle import DROP, admit, normalize, plain_strings
 from .state import SessionState
 from .worker import Worker
 
@@ -128,7 +128,7 @@ class CodespecProtocol(LanguageServerProtocol):
         def read_and_apply() -> tuple[types.DidChangeTextDocumentParams, Document] | None:
             try:
                 params = self._converter.structure(
-                    message["params"], types.DidChangeTextDocumentParams
+                    plain_strings(message["params"]), types.DidChangeTextDocumentParams
                 )
                 return params, doc.edited(params.content_changes, self.encoding)
             except Exception as exc:  # (as pygls treats a notification it cannot handle)

@@ -719,3 +719,26 @@ def test_fuzzed_frames_never_take_the_daemon_down(daemon):
     client = initialized()
     assert "served" in request(client, "after", "codespec/stats", {})["result"]["daemon"]
     assert time.monotonic() - t0 < 10
+
+
+def test_lone_surrogates_anywhere_a_client_sends_text_get_plain_answers(daemon):
+    """Half a surrogate pair (JSON allows it) in a document, an edit, a languageId and a menu
+    item's text: every request is answered with a result, never -32603; positions still count
+    that half as one UTF-16 unit."""
+    client = initialized()
+    uri = "file:///tmp/lone.py"
+    opened = did_open(uri, "s = '\ud800'\nx = f(")
+    opened["params"]["textDocument"]["languageId"] = "py\udc00thon"
+    client.send(opened)
+    change(client, uri, 2, (1, 6), (1, 6), "a\udfff")
+    assert server_text(client, uri) == "s = '\ufffd'\nx = f(a\ufffd"  # (one unit each)
+    menu = inline_request("menu", uri, 1, 8)
+    menu["params"]["context"]["selectedCompletionInfo"] = {
+        "range": {"start": {"line": 1, "character": 6}, "end": {"line": 1, "character": 8}},
+        "text": "a\ud800b",
+    }
+    client.send(menu)
+    reply = client.reply_to("menu")
+    assert "result" in reply and no_leak(reply), reply
+    client.send(inline_request("plain", uri, 1, 8))  # (the control: a request beside it)
+    assert "result" in client.reply_to("plain")
