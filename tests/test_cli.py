@@ -146,3 +146,18 @@ def test_every_flag_is_checked_before_anything_loads(sample, tmp_path, args, fla
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("codespec: error:") and flag in line
     assert not (tmp_path / "docs.md").exists()  # nothing written from a bad JSON
+
+
+def test_without_a_runtime_dir_commands_say_nothing_of_it(tmp_path):
+    """A container or a root shell has no XDG_RUNTIME_DIR: the fallback folder is chosen quietly
+    (platformdirs' warning with its source line used to come before the output)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "CODESPEC_RUNTIME_DIR")
+    }
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "codespec", "stats"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr and "platformdirs" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") <= 1  # (the one line it does say: no stats yet)

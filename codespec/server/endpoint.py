@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import stat
+import warnings
 from pathlib import Path
 
 import platformdirs
@@ -34,7 +35,7 @@ class EndpointError(Exception):
 def runtime_dir() -> Path:
     """The daemon's folder (``CODESPEC_RUNTIME_DIR``, else the user runtime dir): made 0700 if
     missing, and refused unless it is a directory of this user's that nobody else can open."""
-    base = os.environ.get("CODESPEC_RUNTIME_DIR") or platformdirs.user_runtime_dir("codespec")
+    base = os.environ.get("CODESPEC_RUNTIME_DIR") or _user_runtime_dir()
     path = Path(base)
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -49,6 +50,20 @@ def runtime_dir() -> Path:
             f"(owner uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}; 700 is expected)"
         )
     return path
+
+
+def _user_runtime_dir() -> str:
+    """platformdirs' user runtime dir, quietly: without ``XDG_RUNTIME_DIR`` (a container, a
+    root shell) it falls back to a folder it checks itself (``/run/user/<uid>``, else one in
+    the temporary folder), and this module checks whatever it gives; its warning about the
+    fallback (with a line of its source) would otherwise come before every command's output."""
+    quiet = getattr(platformdirs, "RuntimeDirWarning", UserWarning)  # (platformdirs >= 4.4)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", quiet)
+            return platformdirs.user_runtime_dir("codespec")
+    except OSError as exc:
+        raise EndpointError(f"no usable runtime folder: {exc.strerror or exc}") from None
 
 
 def default_socket() -> Path:
