@@ -106,9 +106,9 @@ def ignore_rules(folder: Path, names: tuple[str, ...]) -> pathspec.PathSpec | No
     lines: list[str] = []
     for name in names:
         path = folder / name
-        if any(p.is_symlink() for p in (path, path.parent) if p != folder):
-            continue
-        try:
+        try:  # (a path past PATH_MAX, say, raises here: that folder has no rules of its own)
+            if any(p.is_symlink() for p in (path, path.parent) if p != folder):
+                continue
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue

@@ -173,3 +173,26 @@ def test_language_of_names(name):
             "y.rs": "rust",
         }[Path(name).name]
     )
+
+
+def test_a_folder_chain_deeper_than_path_max_does_not_stop_the_walk(tmp_path):
+    """Folders nested until their path passes PATH_MAX (they are made one ``chdir`` at a time):
+    the walk skips what it cannot reach and indexes the rest of the folder."""
+    (tmp_path / "a.py").write_text("def kept():\n    pass\n")
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    here = os.getcwd()
+    try:
+        os.chdir(deep)
+        for _ in range(40):  # 40 x 200 characters: past 4,096
+            name = "d" * 200
+            os.mkdir(name)
+            os.chdir(name)
+        with open(".gitignore", "w") as f:
+            f.write("*.tmp\n")
+        with open("b.py", "w") as f:
+            f.write("x = 1\n")
+    finally:
+        os.chdir(here)
+    found = [s.relative for s in walk_sources(tmp_path)]
+    assert "a.py" in found  # (the control: the rest of the folder is indexed)
