@@ -8,9 +8,10 @@ daemon, ``codespec complete`` and the bench alike, so none of them restates a de
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .completion import CompletionOptions
+if TYPE_CHECKING:  # (at run time only where a completion is asked: see ``completion_options``)
+    from .completion import CompletionOptions
 
 
 def setting(
@@ -55,6 +56,10 @@ class Settings:
 def completion_options(settings: Settings, invoked: bool = False, **own: Any) -> CompletionOptions:
     """What one completion asks, from the settings (``invoked``: the user asked explicitly,
     which widens the mode); ``own``: what this request sets itself (a forced mode, a seed)."""
+    # imported here: the settings are read by every command, the relay included, which must
+    # start without the model's stack (``completion.py`` brings the engine and torch)
+    from .completion import CompletionOptions
+
     options = CompletionOptions(
         max_tokens=settings.max_tokens,
         line_max_tokens=settings.line_max_tokens,

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         EndpointError,
         TokenError,
         check_socket_path,
+        claim_socket,
         default_socket,
         read_or_create_token,
     )
@@ -90,10 +91,22 @@ def run(args: argparse.Namespace) -> int:
         settings = replace(settings, max_tokens=args.max_tokens)
     try:  # the socket first: nothing is opened or loaded for a daemon that cannot listen
         socket_path = Path(args.socket) if args.socket else default_socket()
-        check_socket_path(socket_path)
     except EndpointError as exc:
         raise UsageError(str(exc)) from None
-    from ..runtime import load_pair  # (the model's stack: only once the socket is known good)
+    try:
+        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_socket_path(socket_path)
+        # ... and the lock before the model's stack is imported: of many daemons started at
+        # once (every editor window after a crash), one pays for it and the rest leave at once
+        lock = claim_socket(socket_path)
+    except DaemonRunning as exc:
+        print(f"codespec: {exc}", file=sys.stderr)
+        return 1
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot use {socket_path.parent}: {exc.strerror or exc}") from None
+    from ..runtime import load_pair  # (the model's stack: only once the socket is ours)
     from ..server.daemon import Daemon, run_daemon
 
     store = None
@@ -140,7 +153,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"not serving TCP: {exc}") from None
     try:
         asyncio.run(
-            run_daemon(daemon, socket_path, args.tcp, args.host, token, status=not args.no_status)
+            run_daemon(
+                daemon,
+                socket_path,
+                args.tcp,
+                args.host,
+                token,
+                status=not args.no_status,
+                lock=lock,
+            )
         )
     except DaemonRunning as exc:
         print(f"codespec: {exc}", file=sys.stderr)

@@ -276,12 +276,15 @@ async def run_daemon(
     token: str | None = None,
     status: bool = True,
     ready_file: Path | None = None,
+    lock: int | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
-    socket: exactly one may, or stopping one would unlink the socket of the other."""
-    socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    check_socket_path(socket_path)
-    lock = claim_socket(socket_path)
+    socket: exactly one may, or stopping one would unlink the socket of the other. ``lock``:
+    the socket's lock when the caller claimed it already (``endpoint.claim_socket``)."""
+    if lock is None:
+        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_socket_path(socket_path)
+        lock = claim_socket(socket_path)
     try:
         servers = await _listen(daemon, socket_path, tcp_port, tcp_host, token)
     except BaseException:  # a port in use, say: leave nothing behind

@@ -8,6 +8,8 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -580,6 +582,33 @@ def test_two_daemons_started_at_once_leave_exactly_one(tiny_manifest, tmp_path):
         winner.terminate()
         winner.wait(timeout=30)
     assert not path.exists()
+
+
+def test_a_restart_storm_loads_the_model_stack_once(tiny_manifest, tmp_path):
+    """Many editors' relays start a daemon at once (after a crash, or many windows opening):
+    the ones that lose the socket's lock leave before importing torch or transformers, in
+    well under the time the stack takes to import."""
+    winner, _ = serve(tmp_path, tiny_manifest)
+    path = tmp_path / "d.sock"
+    wait_for_socket(path)
+    command = [sys.executable, "-X", "importtime", "-m", "codespec", "serve", "--socket"]
+    command += [str(path), "--pair", str(tiny_manifest), "--no-status"]
+    try:
+        storm = [
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(6)
+        ]
+        for proc in storm:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 1, err[-2000:]
+            assert "another codespec daemon" in err
+            imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines()}
+            assert "torch" not in imported and "transformers" not in imported
+            assert "codespec.server.endpoint" in imported  # (the control: the list is there)
+        assert initialized(path).sock  # the first one still serves
+    finally:
+        winner.terminate()
+        winner.wait(timeout=30)
 
 
 @pytest.mark.parametrize("header", [b"Content-Length: abc", b"Content-Length: -1", b"Bogus"])

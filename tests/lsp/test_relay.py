@@ -142,9 +142,11 @@ def test_a_stopped_daemon_does_not_leave_requests_hanging(tiny_manifest, tmp_pat
 
 
 def test_the_relay_starts_without_the_models_stack():
-    """Every editor window runs a relay: it imports neither torch nor transformers."""
+    """Every editor window runs a relay: it imports neither torch nor transformers, its flags'
+    checks (which read the settings' limits) included."""
     code = (
         "import sys, codespec.cli, codespec.server.relay, codespec.server.endpoint;"
+        "codespec.cli.check_flags(codespec.cli.build_parser().parse_args(['lsp']));"
         "print(sorted(m for m in ('torch', 'transformers', 'tree_sitter') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
