@@ -8,8 +8,15 @@ from codespec.server.daemon import Daemon
 
 
 def test_the_loaded_pair_is_frozen_out_of_garbage_collection():
-    # stands for a pair: many small Python objects
-    loaded = SimpleNamespace(load_s=0.0, device="cpu", objects=[[i] for i in range(10_000)])
+    # stands for a pair: many small Python objects (and the few fields the daemon reads)
+    engine = SimpleNamespace(health=None)
+    loaded = SimpleNamespace(
+        load_s=0.0,
+        device="cpu",
+        quantization="",
+        engine=engine,
+        objects=[[i] for i in range(10_000)],
+    )
     daemon = Daemon(lambda: loaded, Settings())
     gc.unfreeze()
     try:
