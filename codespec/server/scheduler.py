@@ -140,7 +140,13 @@ class Scheduler:
         """``job`` ran (or gave up): nothing runs, and a request is no longer its document's
         newest."""
         self.running = None
-        if isinstance(job, Job) and self.latest.get((job.session, job.uri)) is job:
+        if isinstance(job, Job):
+            self.answered(job)
+
+    def answered(self, job: Job) -> None:
+        """``job`` has its answer (run, or answered empty): it is no longer its document's
+        newest request, so a later one does not supersede it."""
+        if self.latest.get((job.session, job.uri)) is job:
             del self.latest[(job.session, job.uri)]
 
     def share_left(self) -> float | None:

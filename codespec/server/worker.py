@@ -116,8 +116,7 @@ class Worker:
     def _answer_empty(self, job: Job, outcome: Outcome) -> None:
         """Answer a request that will not run (under ``cond``)."""
         job.signal.cancel(keep_chunk=True)
-        if self.scheduler.latest.get((job.session, job.uri)) is job:
-            del self.scheduler.latest[(job.session, job.uri)]
+        self.scheduler.answered(job)
         if job.future.set_running_or_notify_cancel():
             job.future.set_result(None)
         self._record(job, outcome)
