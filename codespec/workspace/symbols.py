@@ -5,6 +5,14 @@ signatures and fields, never whole bodies), from the tag queries the grammar whe
 
 Parsers here are this module's own, one per thread: the index reads files on its own thread
 while the worker parses documents with ``languages.parse``.
+
+The files are anybody's: a file of a few hundred thousand ``(`` parses quickly into a node
+with as many children, and one tags query over that node runs for many seconds with the
+interpreter held (its cost grows faster than the number of siblings). So the query runs in
+pieces no larger than ``PIECE_NODES`` nodes, a node too large is matched at its own level and
+its children taken one by one, and between pieces (calls into Python, where the other threads
+get their turn) a file's work stops once it has used ``BUDGET_S``; what was found by then is
+kept. The parse reads its input in chunks for the same reason.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import importlib
 import re
 import textwrap
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,6 +45,9 @@ MAX_DOC_LINES = 3
 # completions by the model (``docs/workspace.md``, "Measured").
 BODY_LEFT_OUT = {"python": " ...", "lua": " end"}
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+BUDGET_S = 0.5  # one file's parse, query and summaries together (the module's docstring)
+READ_CHUNK = 16 * 1024  # bytes the parser is given per read
+PIECE_NODES = 4096  # the most nodes one query call may cover
 
 
 @dataclass(frozen=True)
@@ -86,16 +99,21 @@ def _parser(language: str, grammar: _Grammar) -> Any:
     return parsers[language]
 
 
-def definitions(language: str, text: str) -> list[Definition]:
-    """The definitions in ``text``, in file order ([] for a language without tag queries)."""
+def definitions(language: str, text: str, budget_s: float = BUDGET_S) -> list[Definition]:
+    """The definitions in ``text``, in file order ([] for a language without tag queries);
+    those found within ``budget_s`` when the file takes longer."""
     grammar = _grammar(language)
     if grammar is None:
         return []
+    deadline = time.monotonic() + budget_s
     source = text.encode("utf-8")
-    tree = _parser(language, grammar).parse(source)
+
+    def read(offset: int, _point: object) -> bytes:  # past the deadline, the input ends here
+        return source[offset : offset + READ_CHUNK] if time.monotonic() < deadline else b""
+
+    tree = _parser(language, grammar).parse(read)
     found: dict[tuple[int, int], Definition] = {}
-    cursor = tree_sitter.QueryCursor(grammar.query)
-    for _, captures in cursor.matches(tree.root_node):
+    for captures in _matches(grammar.query, tree.root_node, deadline):
         names = captures.get("name")
         node = next(
             (n for key, ns in captures.items() if key.startswith("definition.") for n in ns), None
@@ -110,6 +128,20 @@ def definitions(language: str, text: str) -> list[Definition]:
         summary = _summary(node, kind, source, language)
         found[key] = Definition(name, kind, node.start_point[0], summary)
     return sorted(found.values(), key=lambda d: d.line)
+
+
+def _matches(query: Any, root: Any, deadline: float) -> Iterator[dict[str, list[Any]]]:
+    """The query's matches below ``root``, in pieces (the module's docstring), until the
+    deadline."""
+    pending = [root]
+    while pending and time.monotonic() < deadline:
+        node = pending.pop()
+        cursor = tree_sitter.QueryCursor(query)
+        if node.descendant_count > PIECE_NODES:  # this node's own matches; its children later
+            cursor.set_max_start_depth(0)
+            pending.extend(reversed(node.children))
+        for _, captures in cursor.matches(node):
+            yield captures
 
 
 def _summary(node: Any, kind: str, source: bytes, language: str) -> str:

@@ -112,3 +112,37 @@ def test_a_similar_open_document_reaches_the_prompt_as_a_snippet(tmp_path):
         time.sleep(0.1)
     assert end.get("python neighbours", 0) == start.get("python neighbours", 0) + 1
     assert end.get("python in-file", 0) == start.get("python in-file", 0) + 1
+
+
+def test_a_hostile_folder_neither_stalls_other_sessions_nor_its_own_index(tmp_path):
+    """A .gitignore of wildcards written to backtrack (against names of many ``a``) and files
+    that parse into trees a tags query crawls for long (hundreds of thousands of ``(``): each
+    name and each file costs a bounded time, and the sessions keep their turn meanwhile (both
+    were matched or queried in one C call holding the interpreter, seconds per item)."""
+    project = tmp_path / "hostile"
+    project.mkdir()
+    (project / ".gitignore").write_text("*a" * 14 + "*b\n" + "a*a*a*a*a*a*a*a*a*a*a*c/\n")
+    for n in range(12):
+        (project / ("a" * 40 + f"{n}.py")).write_text(f"X{n} = 1\n", encoding="utf-8")
+        (project / ("a" * 40 + str(n))).mkdir()
+    (project / "aa_parens.py").write_text("(" * 200_000, encoding="utf-8")
+    (project / "aa_braces.js").write_text("{" * 200_000, encoding="utf-8")
+    (project / "tax.py").write_text(TAX, encoding="utf-8")  # sorted after the hostile files
+    main = project / "main.py"
+    main.write_text(MAIN, encoding="utf-8")
+
+    bystander = session([])
+    bystander.send(did_open("file:///tmp/bystander.py", "def f(x):\n    \n"))
+    client = session([project.as_uri()])
+    client.send(did_open(main.as_uri(), MAIN))
+    slowest, n = 0.0, 0
+    deadline = time.monotonic() + 40
+    while with_definitions(counts(client)) == 0:
+        assert time.monotonic() < deadline, "the hostile folder's index never got to tax.py"
+        t0 = time.monotonic()
+        bystander.send(inline_request(f"b{n}", "file:///tmp/bystander.py", 1, 4))
+        assert "result" in bystander.reply_to(f"b{n}")
+        slowest = max(slowest, time.monotonic() - t0)
+        ask(client, main.as_uri(), n := n + 1)
+        time.sleep(0.1)
+    assert slowest < 3.0, f"another session waited {slowest:.1f} s while the folder was read"
