@@ -8,6 +8,7 @@ One request per connection (the request to the server is rewritten to ``Connecti
   ``trickle``: forward one byte every ``trickle_s``; ``stall_mid``: forward ``cut_after`` bytes,
   then send nothing more;
 * ``drop``: close the connection at once; ``stall``: read the request, never answer;
+  ``busy``: answer a GET (``/v1/models``: the server is there) but never a completion;
 * ``503``, ``429`` (``Retry-After: 1``), ``401`` (its body echoes the request's headers, as a
   careless server might), ``garbage`` (an event stream of non-JSON), ``huge`` (an endless line).
 
@@ -133,7 +134,7 @@ class FaultProxy:
             if mode == "drop":
                 return
             head, body = await _read_request(reader)
-            if mode == "stall":
+            if mode == "stall" or (mode == "busy" and not head.startswith(b"GET ")):
                 await asyncio.sleep(3600)
             elif mode in ("503", "429", "401"):
                 writer.write(_error_reply(mode, head))

@@ -10,7 +10,17 @@ is closed at once (the tokens received past the stop are counted in ``dropped_pa
 A request tries the URLs the health says are worth trying, in order, until one streams text;
 the first-token, stall and total timeouts are the worker thread's own (it waits on a queue),
 so no server can hold a request past them. A fault once text has streamed answers empty (the
-text so far may be a cut line).
+text so far may be a cut line). Whether a server is gone is found out on the loop thread,
+whatever becomes of the requests (``health.py``): a request that yields its turn before its
+own first-token timeout still leaves the server's silence counting, and a request waiting on
+a server found gone stops waiting at once.
+
+The prompt's windows are sized by what the server measurably prefills in the time budget, as
+the local engine's are by its own rate (``prefill_rate``): a team server on a CPU prefills a
+few hundred tokens a second, and a prompt sized for a GPU would not even start streaming
+within the first-token timeout. Until a server is measured it is assumed that slow; its first
+answers lift the rate to what it is. The windows' starts stay anchored across keystrokes (as
+for the local engine), so the server's own prompt cache keeps what was sent before.
 
 The HTTP client lives on one event loop thread: cancelling a stream's task closes its
 connection immediately, which a blocked synchronous read would not allow.
@@ -30,6 +40,7 @@ import httpx
 
 from ..engine import Generation, GenerationParams, GenerationStats, StopRule, StopSignal
 from ..engine.request import Output
+from ..engine.slots import common_prefix_len
 from .config import RemoteConfig
 from .health import Health
 from .metrics import ServerSpeculation, from_event
@@ -40,6 +51,15 @@ from .stream import stream_completion
 
 POLL_S = 0.01  # how often a waiting request looks at its stop signal
 PROBE_EVERY_S = 2.0  # while a URL is down, how often it is asked whether it is back
+WATCH_EVERY_S = 0.5  # how often the loop looks for silent URLs
+# A URL asked and silent this long (or the first-token timeout, if shorter) is probed: gone or
+# busy. A probe is one small GET; probing early tells "gone" well before the timeouts would.
+SILENCE_PROBE_S = 3.0
+# Prompt tokens per second assumed of a server not yet measured: a small model's prefill on
+# two CPU cores (``docs/remote.md``, "A team server on a CPU"). A fast server's first answer
+# replaces it.
+COLD_PREFILL_RATE = 64.0
+MIN_MEASURED_TOKENS = 64  # fewer fresh prompt tokens time the server's overhead, not its prefill
 # A local bound on streamed tokens in case a server ignores max_tokens (the server's own limit
 # is the real one; re-encoded text can count a few more tokens than the server did).
 TOKEN_SLACK = 4
@@ -48,10 +68,9 @@ TOKEN_SLACK = 4
 class RemoteEngine:
     """Decodes on a remote server; see the module docstring."""
 
-    # What differs from the local engine (``generator.Generator``'s capabilities): windows
-    # keep their configured sizes (the server is fast); its server keeps its own prompt cache,
-    # so nothing warms here; it drafts from nothing the daemon holds; it counts no passes.
-    prefill_rate: float | None = None
+    # What differs from the local engine (``generator.Generator``'s capabilities): its server
+    # keeps its own prompt cache, so nothing warms here; it drafts from nothing the daemon
+    # holds; it counts no passes.
     warming = None
     uses_corpora = False
 
@@ -60,6 +79,8 @@ class RemoteEngine:
         self.tokenizer = tokenizer
         self.health = Health(config.urls)
         self.speculation = RemoteSpeculation()  # what to ask a llama.cpp server to draft
+        self.measured_rate: float | None = None  # the servers' prefill, prompt tokens/s
+        self.last_prompt: dict[str, list[int]] = {}  # per URL: what its cache holds, roughly
         self.headers = {"Accept": "text/event-stream"}
         if config.token:
             self.headers["Authorization"] = f"Bearer {config.token}"
@@ -69,7 +90,12 @@ class RemoteEngine:
         )
         self.thread.start()
         self.client: httpx.AsyncClient = self._on_loop(self._make_client())
-        self.prober = asyncio.run_coroutine_threadsafe(self._probe_forever(), self.loop)
+        self.watch = asyncio.run_coroutine_threadsafe(self._watch_forever(), self.loop)
+
+    @property
+    def prefill_rate(self) -> float:
+        """Prompt tokens per second the server prefills (the module's docstring)."""
+        return self.measured_rate or COLD_PREFILL_RATE
 
     @property
     def label(self) -> str:
@@ -91,11 +117,11 @@ class RemoteEngine:
         stats = GenerationStats()
         stats.proposed["server"] = stats.accepted["server"] = 0
         output = Output(set(), TOKEN_SLACK * params.max_tokens + 16, stop_rule, stats)
-        steps = self._steps(self._body(prompt, params), stop, output, stats, params.context)
+        steps = self._steps(prompt, self._body(prompt, params), stop, output, stats, params.context)
         return Generation(steps, stats, output.tokens)
 
     def close(self) -> None:
-        self.prober.cancel()
+        self.watch.cancel()
         try:
             self._on_loop(self.client.aclose(), timeout=2)
         except Exception:
@@ -124,6 +150,7 @@ class RemoteEngine:
 
     def _steps(
         self,
+        prompt: list[int],
         body: dict,
         stop: StopSignal | None,
         output: Output,
@@ -136,18 +163,23 @@ class RemoteEngine:
             if time.perf_counter() >= deadline:
                 break
             events: queue.Queue = queue.Queue()
+            self.health.sent(url)
             task = asyncio.run_coroutine_threadsafe(
                 stream_completion(
                     self.client, url, body, self.headers, self.config.max_response_bytes, events
                 ),
                 self.loop,
             )
+            fresh = len(prompt) - common_prefix_len(self.last_prompt.get(url, []), prompt)
+            self.last_prompt[url] = prompt  # (prefilled, or being prefilled, there now)
             try:
                 retry = yield from self._read(
                     url, events, stop, output, stats, t0, deadline, context
                 )
             finally:
                 task.cancel()  # closes the HTTP stream (a stop rule, a cancel, a timeout)
+                self.health.over(url)
+            self._measure(stats, fresh)
             if not retry:
                 break
         stats.stop_reason = stats.stop_reason or "unreachable"  # (no URL left to try)
@@ -167,6 +199,7 @@ class RemoteEngine:
         """Read one server's stream into ``output``; return True to try the next URL."""
         last = time.perf_counter()
         texted = False
+        incidents = self.health.incidents(url)
         while True:
             if stop is not None and stop.cancelled:
                 stats.stop_reason = "cancelled"
@@ -179,7 +212,12 @@ class RemoteEngine:
                 stats.stop_reason = "max_time"  # what streamed so far is the answer
                 self.health.succeeded(url)
                 return False
+            if not texted and self.health.incidents(url) != incidents:
+                return True  # the watch found it gone meanwhile (and said so once)
             if now >= min(deadline, last + patience):
+                if not texted and self.health.is_busy(url):  # alive, computing: not a fault
+                    stats.stop_reason = "remote_busy"
+                    return False
                 what = "stalled" if texted else "sent no text in time"
                 return self._fault(url, StreamFault(f"the stream {what}"), output, stats, texted)
             try:
@@ -203,6 +241,7 @@ class RemoteEngine:
             if not texted:
                 texted = True
                 stats.ttft_s = stats.prefill_s = last - t0
+                self.health.heard(url)
             fresh = output.push(self._plain_ids(text)) if text else []
             if fresh:
                 yield fresh
@@ -230,6 +269,18 @@ class RemoteEngine:
             return True  # (when no URL is left, the request ends "unreachable")
         stats.stop_reason = "remote_error"
         return False
+
+    def _measure(self, stats: GenerationStats, fresh: int) -> None:
+        """Learn the server's prefill rate from one answer: the prompt tokens it had to compute
+        (what it reported, else those past what this engine sent it last) over the time to
+        the first text. Queueing and the network count as prefill: a rate on the safe side."""
+        if stats.ttft_s <= 0:
+            return
+        computed = stats.prefill_tokens or fresh
+        if computed < MIN_MEASURED_TOKENS:
+            return
+        rate = computed / stats.ttft_s
+        self.measured_rate = rate if self.measured_rate is None else (self.measured_rate + rate) / 2
 
     def _meta(self, event: dict, stats: GenerationStats, context: str = "") -> None:
         usage = event.get("usage")
@@ -279,19 +330,44 @@ class RemoteEngine:
             trust_env=False,  # no proxy from the environment: the config says where code goes
         )
 
-    async def _probe_forever(self) -> None:
-        """While a URL is down, ask it now and then whether it is back (``GET /v1/models``), so
-        the editors' status recovers without a request having to fail first."""
+    async def _watch_forever(self) -> None:
+        """While a URL is down, ask it now and then whether it is back, so the editors' status
+        recovers without a request having to fail first; and ask each URL that has gone
+        silent whether it is there at all (``health.py``). Each question is a task of its
+        own: a server that never answers holds up no other."""
+        patience = min(self.config.first_token_timeout_s, SILENCE_PROBE_S)
+        asking: dict[str, asyncio.Task] = {}  # (held here: the loop keeps only weak references)
+
+        async def whether_back(url: str) -> None:  # (serving: it lists its models)
+            if await self._answer(url, "/v1/models") == 200:
+                self.health.succeeded(url)
+
+        async def whether_there(url: str) -> None:
+            # Any answer will do, even a 404: llama-cpp-python's server lists its models only
+            # between two completions, but its HTTP front answers while the model computes.
+            if await self._answer(url, "/health") is None:
+                self.health.failed(url, f"no text in {patience:.0f} s, and no answer to a probe")
+            else:
+                self.health.answered_while_silent(url, patience)
+
+        ticks = 0
         while True:
-            await asyncio.sleep(PROBE_EVERY_S)
-            for url in self.health.down_urls():
-                try:
-                    reply = await self.client.get(
-                        f"{url}/v1/models",
-                        headers=self.headers,
-                        timeout=self.config.connect_timeout_s,
-                    )
-                except httpx.HTTPError:
-                    continue
-                if reply.status_code == 200:
-                    self.health.succeeded(url)
+            await asyncio.sleep(WATCH_EVERY_S)
+            ticks += 1
+            due = self.health.silent(patience)
+            if ticks % round(PROBE_EVERY_S / WATCH_EVERY_S) == 0:
+                due += self.health.down_urls()
+            for url in due:
+                if url not in asking or asking[url].done():
+                    ask = whether_there if not self.health.is_down(url) else whether_back
+                    asking[url] = asyncio.ensure_future(ask(url))
+
+    async def _answer(self, url: str, path: str) -> int | None:
+        """The status of ``GET path`` at ``url``, or None when nothing answers in time."""
+        try:
+            reply = await self.client.get(
+                url + path, headers=self.headers, timeout=self.config.connect_timeout_s
+            )
+        except httpx.HTTPError:
+            return None
+        return reply.status_code

@@ -6,6 +6,13 @@ requests go to the next URL, and when every URL is down a request is answered em
 (an editor never waits on a server known to be gone). A probe (``Remote.probe``) or a request
 after the backoff tries it again; a success brings it back.
 
+Whether a URL is down does not wait on any one request living long enough to see it: each
+request tells the health when it was sent, and a URL that has been asked but has sent no text
+for ``patience`` seconds is asked directly (``Remote``'s watch, on its own loop). No answer:
+it is down (a server that accepts connections and answers nothing, or is gone). An answer: it
+is busy (alive, computing), which is logged once and is not a fault: requests keep going to
+it, after any URL that is not busy.
+
 Logging is per incident, not per request: one line when a URL goes down, one when it comes
 back. Listeners hear when the engine as a whole becomes unreachable or reachable again (the
 daemon tells the editors' status).
@@ -38,6 +45,11 @@ class UrlState:
     reason: str = ""
     warned_at: float | None = None  # when its last incident was logged
     warned: bool = False  # this incident was logged (so its end is too)
+    silent_since: float | None = None  # the first request sent since it last sent text
+    last_sent: float = float("-inf")
+    waiting: int = 0  # requests sent to it and not yet over
+    busy: bool = False  # it answered a probe while silent: alive, computing
+    incidents: int = 0  # times it went down (a waiting request sees a new one)
 
     @property
     def down(self) -> bool:
@@ -56,16 +68,78 @@ class Health:
         self.refusals: set[tuple[str, str]] = set()
 
     def candidates(self) -> list[str]:
-        """URLs to try now, in order: those up, then those whose backoff has passed."""
+        """URLs to try now, in order: those up (the busy ones last), then those whose backoff
+        has passed."""
         now = self.clock()
         with self.lock:
-            up = [s.url for s in self.states if not s.down]
+            up = [s.url for s in self.states if not s.down and not s.busy]
+            busy = [s.url for s in self.states if not s.down and s.busy]
             due = [s.url for s in self.states if s.down and s.down_until <= now]
-        return up + due
+        return up + busy + due
 
     def down_urls(self) -> list[str]:
         with self.lock:
             return [s.url for s in self.states if s.down]
+
+    def is_down(self, url: str) -> bool:
+        with self.lock:
+            return self._state(url).down
+
+    def is_busy(self, url: str) -> bool:
+        with self.lock:
+            return self._state(url).busy
+
+    def incidents(self, url: str) -> int:
+        with self.lock:
+            return self._state(url).incidents
+
+    def heard(self, url: str) -> None:
+        """``url`` sent text: it is neither silent nor busy."""
+        with self.lock:
+            state = self._state(url)
+            state.silent_since, state.busy = None, False
+
+    def sent(self, url: str) -> None:
+        """A request went to ``url``: its silence, if it stays silent, counts from the first."""
+        with self.lock:
+            state = self._state(url)
+            state.last_sent = self.clock()
+            state.waiting += 1
+            if state.silent_since is None:
+                state.silent_since = state.last_sent
+
+    def over(self, url: str) -> None:
+        """A request sent to ``url`` is over, however it ended."""
+        with self.lock:
+            state = self._state(url)
+            state.waiting = max(0, state.waiting - 1)
+
+    def silent(self, patience_s: float) -> list[str]:
+        """URLs up that were asked and have sent no text for ``patience_s`` seconds, while
+        requests still wait on them or keep going to them."""
+        now = self.clock()
+        with self.lock:
+            return [
+                s.url
+                for s in self.states
+                if not s.down
+                and s.silent_since is not None
+                and now - s.silent_since >= patience_s
+                and (s.waiting > 0 or now - s.last_sent < patience_s)
+            ]
+
+    def answered_while_silent(self, url: str, silent_s: float) -> None:
+        """A silent URL answered a probe: busy, not gone. Its silence counts afresh."""
+        with self.lock:
+            state = self._state(url)
+            state.silent_since = self.clock()
+            first, state.busy = not state.busy, True
+        if first:
+            log.info(
+                "remote %s is busy: it answers, but sent no completion text in %.0f s",
+                url,
+                silent_s,
+            )
 
     def succeeded(self, url: str) -> None:
         with self.lock:
@@ -73,6 +147,7 @@ class Health:
             was_warned = state.down and state.warned
             state.failures, state.down_until, state.reason = 0, 0.0, ""
             state.warned = False
+            state.silent_since, state.busy = None, False
         if was_warned:
             log.info("remote %s is reachable again", url)
         self._tell()
@@ -82,11 +157,13 @@ class Health:
             state, now = self._state(url), self.clock()
             first = not state.down
             state.failures += 1
+            state.incidents += 1
             backoff = min(FIRST_BACKOFF_S * 2 ** (state.failures - 1), MAX_BACKOFF_S)
             if retry_after_s is not None:
                 backoff = min(max(retry_after_s, 0.0), MAX_BACKOFF_S)
             state.down_until = now + backoff
             state.reason = reason
+            state.silent_since, state.busy = None, False  # (watched afresh once it is back)
             flapping = state.warned_at is not None and now - state.warned_at < QUIET_S
             warn = first and not flapping  # one line per incident; retries are not news
             if warn:

@@ -35,10 +35,13 @@ def retry_after(value: str | None) -> float | None:
 
 
 def fault_for_status(status: int, headers: httpx.Headers, body: bytes) -> StreamFault:
-    """What an error status means for the URL: down (5xx, 429, 408) or a request it refuses."""
+    """What an error status means for the URL: down (5xx, 429, 408; and 401, 403: it refuses
+    the token, so every request would fail alike) or a request it refuses."""
     # (not cut here: the engine masks the token in it first, then cuts: ``secrets.shown``)
     detail = body[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
     reason = f"HTTP {status}" + (f": {detail}" if detail else "")
+    if status in (401, 403):
+        return StreamFault("the server refuses codespec's token: " + reason)
     if status == 429 or status == 408 or status >= 500:
         return StreamFault(reason, retry_after(headers.get("retry-after")))
     return StreamFault(reason, retry=False)
@@ -80,6 +83,9 @@ async def stream_completion(
                     if len(error) >= ERROR_BODY_BYTES:
                         break
                 raise fault_for_status(response.status_code, response.headers, error)
+            if "json" in response.headers.get("content-type", ""):
+                await _whole_reply(response, limit, events)  # a server that does not stream
+                return
             parser = SseParser(limit)
             async for chunk in response.aiter_raw():
                 for data in parser.feed(chunk):
@@ -99,6 +105,17 @@ async def stream_completion(
         events.put(("fault", StreamFault("the server stopped sending")))
     except httpx.HTTPError as exc:  # a cut connection, a protocol error
         events.put(("fault", StreamFault(f"the stream broke ({_short(exc)})")))
+
+
+async def _whole_reply(response: httpx.Response, limit: int, events: queue.Queue) -> None:
+    """A completion answered whole (a server that ignores ``stream``): read as one event."""
+    body = b""
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > limit:
+            raise StreamFault(f"a reply larger than {limit} bytes", retry=False)
+    if not _deliver(body.decode("utf-8", "replace"), events):
+        events.put(("end", None))
 
 
 def _deliver(data: str, events: queue.Queue) -> bool:

@@ -205,6 +205,72 @@ def test_status_goes_unreachable_and_recovers_without_a_request(make_engine, tok
     assert heard == [UNREACHABLE, READY]  # the probe found it back
 
 
+def keep_asking(engine, tokenizer, seconds: float, each_s: float) -> list[float]:
+    """Requests back to back for ``seconds``, each given up after ``each_s`` (as the worker
+    ends a request whose turn is over while other editors wait): each one's duration."""
+    durations: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        stop = StopSignal()
+        timer = threading.Timer(each_s, stop.cancel)
+        timer.start()
+        _, took = run(engine, tokenizer, stop=stop)
+        timer.cancel()
+        durations.append(took)
+    return durations
+
+
+def test_a_server_that_never_answers_is_found_gone_though_no_request_waits_long(
+    make_engine, tokenizer, proxy
+):
+    """Accepts, never answers, and every request is given up before its own 10 s first-token
+    timeout: the server's silence still counts across them, a probe finds nobody there, and
+    from then on requests are answered at once and the status says unreachable."""
+    proxy.mode = "stall"
+    engine = make_engine(proxy.url, first_token_timeout_s=10.0, connect_timeout_s=1.0)
+    heard: list[str] = []
+    engine.health.listeners.append(lambda state, message: heard.append(state))
+    durations = keep_asking(engine, tokenizer, seconds=7.0, each_s=1.0)
+    assert heard == [UNREACHABLE], durations
+    assert "no answer to a probe" in engine.health.message()
+    assert min(durations) < 0.1  # once it was found gone, requests no longer wait
+
+
+def test_a_busy_server_is_not_taken_for_a_gone_one(make_engine, tokenizer, proxy, caplog):
+    """Silent on completions but answering a probe: busy, said once in the log; it is never
+    marked down, and its first text clears it."""
+    caplog.set_level(logging.INFO, logger="codespec.remote")
+    proxy.mode = "busy"
+    engine = make_engine(proxy.url, first_token_timeout_s=10.0, connect_timeout_s=1.0)
+    keep_asking(engine, tokenizer, seconds=8.0, each_s=1.0)
+    assert engine.health.down_urls() == [] and engine.health.state == READY
+    lines = [r.getMessage() for r in caplog.records if r.name == "codespec.remote"]
+    assert len(lines) == 1 and "busy" in lines[0], lines
+    proxy.mode = "pass"
+    generation, _ = run(engine, tokenizer)
+    assert generation.tokens
+    assert not any(s.busy for s in engine.health.states)
+
+
+def test_a_whole_json_reply_is_read_as_the_completion(make_engine, tokenizer, proxy):
+    """A server that ignores ``stream`` and answers 200 with the completion object."""
+    body = (
+        b'{"choices": [{"text": " a + b", "finish_reason": "stop"}], "usage": {"prompt_tokens": 9}}'
+    )
+    proxy.mode = "raw"
+    proxy.raw = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
+    engine = make_engine(proxy.url)
+    generation, _ = run(engine, tokenizer)
+    assert tokenizer.decode(generation.tokens) == " a + b"
+    assert generation.stats.stop_reason == "eos"
+    assert engine.health.state == READY
+
+
 def test_the_token_is_sent_and_never_logged(make_engine, tokenizer, proxy, tmp_path, caplog):
     """The server gets the token as a bearer; a server echoing it in an error reply does not
     put it into the log."""
@@ -220,6 +286,10 @@ def test_the_token_is_sent_and_never_logged(make_engine, tokenizer, proxy, tmp_p
     assert "401" in text and "bad credentials" in text  # the reply was read and logged...
     assert "sk-secret" not in text  # ...without the token it echoed
     assert "sk-secret" not in repr(engine.config)
+    # a server that refuses the token refuses every request: the editors are told so
+    assert engine.health.state == UNREACHABLE
+    assert "refuses codespec's token" in engine.health.message()
+    assert "sk-secret" not in engine.health.message()
 
 
 @pytest.mark.real_model
@@ -286,3 +356,57 @@ def test_tls_is_verified_unless_told_and_a_ca_bundle_is_honoured(
         assert unchecked.tokens == trusted.tokens
     finally:
         proxy.close()
+
+
+@pytest.mark.real_model
+def test_a_team_server_on_a_cpu_answers_the_first_request_and_keeps_its_cache(tokenizer):
+    """The README's team-server paragraph with nothing else set, on a CPU: llama-cpp-python's
+    server on the embedded GGUF and a document of a few thousand tokens. The first prompt is
+    sized for a server not yet measured, so text streams within the 10 s first-token timeout
+    (a prompt sized for a GPU took longer than that to prefill, and the server was taken for
+    gone); the rate is then measured, and the next keystroke's prompt shares its start with
+    the first, so the server's cache makes it cheaper."""
+    from remote_helpers import start_llama_server
+
+    from codespec.completion import complete
+    from codespec.languages import language_for
+    from codespec.models import gguf_file
+    from codespec.remote.engine import COLD_PREFILL_RATE
+    from codespec.runtime import load_remote_pair
+    from codespec.settings import Settings, completion_options
+    from codespec.stops import Cursor
+
+    default = load_manifest()
+    server, url = start_llama_server(
+        gguf_file(default.target, default.install_hint), "--n_threads", "2"
+    )
+    pair = load_remote_pair(from_table({"url": url}))  # the default timeouts
+    try:
+        engine = pair.engine
+        assert isinstance(engine, RemoteEngine)
+        assert engine.prefill_rate == COLD_PREFILL_RATE
+        body = "".join(
+            f"def handler_{i}(request, store):\n"
+            f'    """Handle request kind {i}."""\n'
+            f"    record = store.get(request.key_{i})\n"
+            f"    return record.value * {i} if record else None\n\n\n"
+            for i in range(120)
+        )
+        prefix = body + "def total(records):\n    result = 0\n    for record in records:\n        "
+        suffix = "\n    return result\n" + body.replace("handler_", "helper_")
+        options = completion_options(Settings())
+        results = []
+        for typed in ("", "r"):
+            cursor = Cursor(prefix + typed, suffix, language_for("python"))
+            results.append(complete(pair, cursor, options, path="handlers.py"))
+        first, second = results
+        assert first.stats.stop_reason not in ("unreachable", "remote_error"), first.stats
+        assert first.text and first.stats.ttft_s < 10.0
+        assert engine.health.state == READY and engine.health.down_urls() == []
+        assert engine.measured_rate is not None and engine.measured_rate != COLD_PREFILL_RATE
+        assert second.stats.stop_reason not in ("unreachable", "remote_error"), second.stats
+        assert second.stats.ttft_s < first.stats.ttft_s  # most of its prompt was cached
+    finally:
+        pair.engine.close()
+        server.terminate()
+        server.wait(timeout=30)
