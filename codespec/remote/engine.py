@@ -60,6 +60,9 @@ SILENCE_PROBE_S = 3.0
 # replaces it.
 COLD_PREFILL_RATE = 64.0
 MIN_MEASURED_TOKENS = 64  # fewer fresh prompt tokens time the server's overhead, not its prefill
+# The windows are resized only when the measured rate leaves the one in use by this much: each
+# resize moves the prompt's start, and the server's cache of the prompt before is lost.
+RESIZE_RATIO = 1.25
 # A local bound on streamed tokens in case a server ignores max_tokens (the server's own limit
 # is the real one; re-encoded text can count a few more tokens than the server did).
 TOKEN_SLACK = 4
@@ -80,6 +83,7 @@ class RemoteEngine:
         self.health = Health(config.urls)
         self.speculation = RemoteSpeculation()  # what to ask a llama.cpp server to draft
         self.measured_rate: float | None = None  # the servers' prefill, prompt tokens/s
+        self.sizing_rate = COLD_PREFILL_RATE  # the rate the windows are sized by
         self.last_prompt: dict[str, list[int]] = {}  # per URL: what its cache holds, roughly
         self.headers = {"Accept": "text/event-stream"}
         if config.token:
@@ -95,7 +99,7 @@ class RemoteEngine:
     @property
     def prefill_rate(self) -> float:
         """Prompt tokens per second the server prefills (the module's docstring)."""
-        return self.measured_rate or COLD_PREFILL_RATE
+        return self.sizing_rate
 
     @property
     def label(self) -> str:
@@ -281,6 +285,8 @@ class RemoteEngine:
             return
         rate = computed / stats.ttft_s
         self.measured_rate = rate if self.measured_rate is None else (self.measured_rate + rate) / 2
+        if not 1 / RESIZE_RATIO < self.measured_rate / self.sizing_rate < RESIZE_RATIO:
+            self.sizing_rate = self.measured_rate
 
     def _meta(self, event: dict, stats: GenerationStats, context: str = "") -> None:
         usage = event.get("usage")
