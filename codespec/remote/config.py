@@ -5,7 +5,7 @@ It comes from the settings file (``~/.config/codespec/config.toml``), a pair man
 ``EngineConfigError``: a daemon pointed at a server it cannot use says so at start.
 
 The API token is read from a file only (never a flag: flags show in ``ps``), and the file must
-be readable by its owner alone, as ssh insists for its keys.
+be this user's and readable by its owner alone, as ssh insists for its keys.
 """
 
 from __future__ import annotations
@@ -91,6 +91,8 @@ def read_token(path: str) -> str:
         info = os.stat(name)
     except OSError as exc:
         raise EngineConfigError(f"token_file {name}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(info.st_mode) and info.st_uid != os.getuid():
+        raise EngineConfigError(f"token_file {name} belongs to another user; use a file of yours")
     if stat.S_ISREG(info.st_mode) and info.st_mode & 0o077:
         raise EngineConfigError(
             f"token_file {name} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "

@@ -3,6 +3,7 @@ functions, with the formats as the engines document them (vLLM cannot run here).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -50,6 +51,15 @@ def test_the_token_comes_from_an_owner_only_file(tmp_path):
     assert config.token == "sk-abc" and "sk-abc" not in repr(config)
     token.write_text("two words\n")
     with pytest.raises(EngineConfigError, match="one line"):
+        from_table({"url": "http://h", "token_file": str(token)})
+
+
+def test_a_token_file_of_another_user_is_refused(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("sk-abc\n")
+    token.chmod(0o600)
+    monkeypatch.setattr(os, "getuid", lambda: token.stat().st_uid + 1)  # the file is not ours
+    with pytest.raises(EngineConfigError, match="another user"):
         from_table({"url": "http://h", "token_file": str(token)})
 
 
