@@ -2,10 +2,14 @@
 
 The prompt is built here with the local tokenizer, as for the local engine, and sent as text
 (the servers parse its special tokens: vLLM, SGLang, llama.cpp's server and llama-cpp-python's
-all do for a plain prompt). The streamed text comes back as token ids of the local tokenizer,
-with special-token text split as plain text (model output is never a control token here), so
-codespec's stop rules judge it as they judge local output; when a rule fires, the HTTP stream
-is closed at once (the tokens received past the stop are counted in ``dropped_past_stop``).
+all do for a plain prompt). Text that only spells a special token (in a file, a file's name,
+the document) is plain text locally; a server would read it as the token, so it is sent with
+a zero-width space after its first character (``prompt_text``).
+
+The streamed text comes back as token ids of the local tokenizer, with special-token text
+split as plain text (model output is never a control token here), so codespec's stop rules
+judge it as they judge local output; when a rule fires, the HTTP stream is closed at once (the
+tokens received past the stop are counted in ``dropped_past_stop``).
 
 A request tries the URLs the health says are worth trying, in order, until one streams text;
 the first-token, stall and total timeouts are the worker thread's own (it waits on a queue),
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import re
 import ssl
 import threading
 import time
@@ -68,6 +73,10 @@ RESIZE_RATIO = 1.25
 TOKEN_SLACK = 4
 
 
+def _broken(match: re.Match[str]) -> str:
+    return match.group(0)[0] + "\u200b" + match.group(0)[1:]
+
+
 class RemoteEngine:
     """Decodes on a remote server; see the module docstring."""
 
@@ -85,6 +94,11 @@ class RemoteEngine:
         self.measured_rate: float | None = None  # the servers' prefill, prompt tokens/s
         self.sizing_rate = COLD_PREFILL_RATE  # the rate the windows are sized by
         self.last_prompt: dict[str, list[int]] = {}  # per URL: what its cache holds, roughly
+        added = tokenizer.get_added_vocab()  # {text: id}: what a server's tokenizer parses
+        self.special_ids = frozenset(added.values())
+        self.spelled_special = re.compile(
+            "|".join(re.escape(text) for text in sorted(added, key=len, reverse=True)) or "(?!)"
+        )
         self.headers = {"Accept": "text/event-stream"}
         if config.token:
             self.headers["Authorization"] = f"Bearer {config.token}"
@@ -134,9 +148,25 @@ class RemoteEngine:
 
     # -- one request ---------------------------------------------------------------------------
 
+    def prompt_text(self, prompt: list[int]) -> str:
+        """The prompt as a server parses it back into these ids: the special tokens as their
+        text, and any text between them that spells one broken up (the module's docstring)."""
+        pieces: list[str] = []
+        plain: list[int] = []
+        for token in [*prompt, None]:
+            if token is not None and token not in self.special_ids:
+                plain.append(token)
+                continue
+            if plain:
+                pieces.append(self.spelled_special.sub(_broken, self.tokenizer.decode(plain)))
+                plain = []
+            if token is not None:
+                pieces.append(self.tokenizer.convert_ids_to_tokens(token))
+        return "".join(pieces)
+
     def _body(self, prompt: list[int], params: GenerationParams) -> dict:
         body: dict = {
-            "prompt": self.tokenizer.decode(prompt),
+            "prompt": self.prompt_text(prompt),
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "stream": True,

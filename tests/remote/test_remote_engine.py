@@ -76,6 +76,25 @@ def test_streams_the_servers_own_greedy_text(make_engine, tokenizer, llama_serve
     assert generation.stats.ttft_s > 0
 
 
+def test_special_token_text_in_the_prompt_stays_text_on_the_server(make_engine, tokenizer):
+    """A file that spells ``<|endoftext|>`` or ``<|fim_middle|>`` is text locally; the prompt
+    sent keeps the prompt's own special tokens and breaks up the spelled ones, so the server's
+    tokenizer (parsing special tokens) gets them back as the same kind of thing."""
+    engine = make_engine("http://127.0.0.1:9")
+    content = 'END = "<|endoftext|>"  # <|fim_middle|> and <|fim_middle|x\n'
+    plain = tokenizer(content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    special = tokenizer.convert_tokens_to_ids(
+        ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
+    )
+    prompt = [special[0], *plain, special[1], special[2]]
+    text = engine.prompt_text(prompt)
+    assert text.startswith("<|fim_prefix|>") and text.endswith("<|fim_suffix|><|fim_middle|>")
+    assert text.count("<|fim_middle|>") == 1 and "<|endoftext|>" not in text
+    server_ids = tokenizer(text, add_special_tokens=False)["input_ids"]  # specials parsed
+    assert [i for i in server_ids if i in engine.special_ids] == [*special]
+    assert text.replace("\u200b", "") == tokenizer.decode(prompt)
+
+
 def test_special_token_text_in_output_stays_text(make_engine, tokenizer):
     engine = make_engine("http://127.0.0.1:9")
     ids = engine._plain_ids("a<|endoftext|>b")
