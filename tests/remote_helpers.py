@@ -93,6 +93,7 @@ class FaultProxy:
         self.trickle_s = 0.02
         self.connections = 0
         self.closed_early = 0
+        self.bodies: list[bytes] = []  # what each request sent (the prompts the server saw)
         self.loop = asyncio.new_event_loop()
         self.port = free_port()
         ready = threading.Event()
@@ -134,6 +135,7 @@ class FaultProxy:
             if mode == "drop":
                 return
             head, body = await _read_request(reader)
+            self.bodies.append(body)
             if mode == "stall" or (mode == "busy" and not head.startswith(b"GET ")):
                 await asyncio.sleep(3600)
             elif mode in ("503", "429", "401"):

@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         pass_delay_s=args.test_pass_delay,
         load_delay_s=args.test_load_delay,
         store=store,
+        remote=remote is not None,
     )
     try:
         token = read_or_create_token() if args.tcp is not None else None

@@ -210,10 +210,10 @@ class RemoteEngine:
                 retry = yield from self._read(
                     url, events, stop, output, stats, t0, deadline, context
                 )
-            finally:
+            finally:  # (also when the caller stops reading: a stop rule, a cancel)
                 task.cancel()  # closes the HTTP stream (a stop rule, a cancel, a timeout)
                 self.health.over(url)
-            self._measure(stats, fresh)
+                self._measure(stats, fresh)
             if not retry:
                 break
         stats.stop_reason = stats.stop_reason or "unreachable"  # (no URL left to try)
@@ -311,9 +311,9 @@ class RemoteEngine:
         if stats.ttft_s <= 0:
             return
         computed = stats.prefill_tokens or fresh
-        if computed < MIN_MEASURED_TOKENS:
-            return
-        rate = computed / stats.ttft_s
+        rate = computed / stats.ttft_s  # (a lower bound: the time holds more than the prefill)
+        if computed < MIN_MEASURED_TOKENS and rate <= self.sizing_rate:
+            return  # a short prompt's time is mostly overhead: it says little unless it is fast
         self.measured_rate = rate if self.measured_rate is None else (self.measured_rate + rate) / 2
         if not 1 / RESIZE_RATIO < self.measured_rate / self.sizing_rate < RESIZE_RATIO:
             self.sizing_rate = self.measured_rate

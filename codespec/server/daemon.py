@@ -71,8 +71,10 @@ class Daemon:
         pass_delay_s: float = 0.0,
         load_delay_s: float = 0.0,
         store: Store | None = None,
+        remote: bool = False,
     ) -> None:
         self.slot = ModelSlot()
+        self.remote = remote  # the engine decodes on a remote server (known before it loads)
         self.settings = settings
         self.store = store  # acceptance stats (None: not recorded)
         record = store.put_request if store is not None else None
@@ -146,6 +148,11 @@ class Daemon:
         pair = self.slot.pair
         return pair.engine.prefill_rate if pair is not None else None
 
+    def engine_is_remote(self) -> bool:
+        """Whether prompts go to a remote server (known from the start: prompts built while
+        the engine loads are sent there too)."""
+        return self.remote
+
     def tell_status(self, state: str, message: str) -> None:
         """Every session hears ``codespec/status`` when the engine's state changes."""
         self.engine_status.update(state=state, message=message)
@@ -185,6 +192,7 @@ class Daemon:
             self.accepted,
         )
         ls.prefill_rate = self.prefill_rate
+        ls.engine_is_remote = self.engine_is_remote
         session_id = ls.session.id
         self.sessions[session_id] = ls
         try:

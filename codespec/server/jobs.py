@@ -29,6 +29,7 @@ from ..settings import completion_options
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from ..workspace.context import FAMILIES
+from ..workspace.redaction import redact
 from ..workspace.snippets import Neighbour, Snippet, SnippetMemory, choose_snippets
 from ..workspace.snippets import as_files as snippet_files
 from .documents import MAX_DOCUMENT_CHARS, Document
@@ -129,6 +130,10 @@ def completes_in(state: SessionState, doc: Document) -> bool:
     return True
 
 
+def redacted(files: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((path, redact(text)) for path, text in files)
+
+
 def place_at(
     ls: CodespecServer,
     doc: Document,
@@ -147,7 +152,11 @@ def place_at(
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
     relative, definitions = context_files(ls, doc, prefix, suffix, options)
-    snippets = neighbour_snippets(state, doc, prefix)
+    snippets = snippet_files(neighbour_snippets(state, doc, prefix))
+    if ls.engine_is_remote():  # other files' text leaves the machine: lsp/PROTOCOL.md
+        if not state.settings.remote_workspace_context:
+            definitions = ()
+        definitions, snippets = redacted(definitions), redacted(snippets)
     corpora = drafting_corpora(ls, doc)
     if definitions:
         options = with_definitions(options)
@@ -158,7 +167,7 @@ def place_at(
         cursor=cursor,
         options=options,
         path=relative or document_name(uri),
-        extra_files=definitions + snippet_files(snippets),
+        extra_files=definitions + snippets,
         context=("workspace",) * bool(definitions) + ("neighbours",) * bool(snippets),
         corpora=corpora,
         # closed (or reopened as another document): as good as edited since

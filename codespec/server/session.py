@@ -76,6 +76,8 @@ class CodespecServer(LanguageServer):
         self.accepted = accepted  # the completions users accepted, to draft from (None: not kept)
         # the loaded model's prefill rate (tokens/s; None while it loads), set by the daemon
         self.prefill_rate: Callable[[], float | None] = lambda: None
+        # whether prompts go to a remote server (context from other files is redacted then)
+        self.engine_is_remote: Callable[[], bool] = lambda: False
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls would show the editor a message with Python exception text; log it instead

@@ -25,6 +25,7 @@ export const SERVER_SETTINGS = [
   "speculate",
   "completeMidWord",
   "workspaceContext",
+  "remoteWorkspaceContext",
 ] as const;
 
 /** The server's settings out of the `codespec.*` configuration (`get` reads one key). */
