@@ -58,6 +58,26 @@ def declare_folders(ls: CodespecServer, params: Any) -> None:
         state.workspace_trusted = False
 
 
+def change_folders(ls: CodespecServer, params: Any) -> None:
+    """``workspace/didChangeWorkspaceFolders``: removed folders leave the session, added ones
+    join it (at most ``MAX_FOLDERS`` in all, ``file:`` URIs of this machine only). Indexes in
+    use are swapped for the new set's, the new acquired before the old are released, so a
+    folder kept keeps its index."""
+    state = ls.session
+    event = getattr(params, "event", None)
+    removed = {local_path(f.uri) for f in (getattr(event, "removed", None) or [])}
+    added = [local_path(f.uri) for f in (getattr(event, "added", None) or [])]
+    kept = [folder for folder in state.folders if folder not in removed]
+    folders = tuple(dict.fromkeys(p for p in kept + added if p))[:MAX_FOLDERS]
+    if folders == state.folders:
+        return
+    log.info("session %s: workspace folders now %d", state.id, len(folders))
+    old, state.folders, state.indexes = state.indexes, folders, None
+    if old is not None:
+        indexes(ls)  # (acquired again now: those kept are still held by ``old``)
+        release_indexes(ls, old)
+
+
 def uses_workspace(ls: CodespecServer) -> bool:
     """Whether the session may use workspace context: the setting is on and the client has not
     said its folders are untrusted."""
@@ -79,11 +99,14 @@ def indexes(ls: CodespecServer) -> list[WorkspaceIndex]:
 
 def release(ls: CodespecServer) -> None:
     """The session ended: its indexes go when no other session uses them."""
-    state = ls.session
-    if ls.workspaces is not None and state.indexes:
-        for index in state.indexes:
+    release_indexes(ls, ls.session.indexes or [])
+    ls.session.indexes = None
+
+
+def release_indexes(ls: CodespecServer, held: list[WorkspaceIndex]) -> None:
+    if ls.workspaces is not None:
+        for index in held:
             ls.workspaces.release(index)
-    state.indexes = None
 
 
 def place_in(ls: CodespecServer, uri: str) -> tuple[WorkspaceIndex, str] | None:

@@ -104,6 +104,14 @@ class CodespecProtocol(LanguageServerProtocol):
         if self.writer is not None:
             self.writer.close()
 
+    @lsp_method(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def lsp_workspace__did_change_workspace_folders(  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
+        self, params: types.DidChangeWorkspaceFoldersParams
+    ) -> None:
+        """The folders the client works in changed (advertised as ``changeNotifications``):
+        the session's folders follow, within the same rules as ``initialize``'s."""
+        folders.change_folders(self._server, params)
+
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         item = params.text_document

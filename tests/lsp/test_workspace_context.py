@@ -146,3 +146,46 @@ def test_a_hostile_folder_neither_stalls_other_sessions_nor_its_own_index(tmp_pa
         ask(client, main.as_uri(), n := n + 1)
         time.sleep(0.1)
     assert slowest < 3.0, f"another session waited {slowest:.1f} s while the folder was read"
+
+
+def test_folders_added_and_removed_later_are_followed(tmp_path):
+    """``changeNotifications`` is advertised: a folder the client adds after ``initialize``
+    gives definitions like a declared one, and once removed it gives none."""
+    project = tmp_path / "later"
+    project.mkdir()
+    (project / "tax.py").write_text(TAX, encoding="utf-8")
+    main = project / "main.py"
+    main.write_text(MAIN, encoding="utf-8")
+    client = session([])
+    client.send(did_open(main.as_uri(), MAIN))
+
+    def folders_changed(added: list[str], removed: list[str]) -> None:
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "workspace/didChangeWorkspaceFolders",
+                "params": {
+                    "event": {
+                        "added": [{"uri": uri, "name": "w"} for uri in added],
+                        "removed": [{"uri": uri, "name": "w"} for uri in removed],
+                    }
+                },
+            }
+        )
+
+    before = with_definitions(counts(client))
+    ask(client, main.as_uri(), 0)
+    assert with_definitions(counts(client)) == before  # no folder yet
+    folders_changed([project.as_uri(), "https://example.com/not-local"], [])
+    deadline, n = time.monotonic() + 30, 0
+    while with_definitions(counts(client)) == before:
+        assert time.monotonic() < deadline, "the added folder gave no context"
+        ask(client, main.as_uri(), n := n + 1)
+        time.sleep(0.2)
+    folders_changed([], [project.as_uri()])
+    time.sleep(0.5)  # (the stats rows of the requests before land)
+    start = with_definitions(counts(client))
+    for m in range(2):
+        ask(client, main.as_uri(), 200 + m)
+    time.sleep(0.5)
+    assert with_definitions(counts(client)) == start
