@@ -192,6 +192,8 @@ def suffix_span(pair: LoadedPair, prompt: list[int]) -> tuple[int, int] | None:
     """Where the FIM prompt's suffix lies, markers included: from its ``fim_suffix`` marker
     to just after its ``fim_middle`` (text typed since the prompt was built follows that)."""
     tokens, tokenizer = pair.manifest.tokens, pair.tokenizer
+    if not tokens.fim_suffix:  # (a prompt of the prefix alone has no suffix)
+        return None
     suffix_id = tokenizer.convert_tokens_to_ids(tokens.fim_suffix)
     middle_id = tokenizer.convert_tokens_to_ids(tokens.fim_middle)
     try:

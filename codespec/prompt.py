@@ -133,7 +133,8 @@ def build_fim_prompt(
     extra_tokens: int = 1024,
 ) -> tuple[list[int], int]:
     """Token ids of the FIM prompt for ``request``, and the offset in ``request.prefix`` where
-    its prefix window begins (for the next prompt at this document: ``prefix_from``)."""
+    its prefix window begins (for the next prompt at this document: ``prefix_from``). Without
+    FIM tokens (a model that has none) the prompt is the prefix window alone."""
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
@@ -141,6 +142,9 @@ def build_fim_prompt(
     def special(text: str) -> list[int]:
         return [tokenizer.convert_tokens_to_ids(text)]
 
+    if not tokens.fim_prefix:  # a model without FIM tokens: the text before the cursor alone
+        prefix = clip_prefix(tokenizer, request.prefix, prefix_tokens, request.prefix_from)
+        return encode(prefix), len(request.prefix) - len(prefix)
     ids: list[int] = []
     repo_level = bool(tokens.file_sep) and (request.extra_files or request.path)
     if repo_level:

@@ -248,6 +248,12 @@ def choose_backend(
     asked = asked or "auto"
     if asked not in BACKENDS:
         raise ModelError(f"backend must be one of {', '.join(BACKENDS)}, not {asked!r}")
+    if manifest.target.source == "gguf":  # a user's file runs as it is: on llama.cpp's kernels
+        if asked == "torch" or not device.startswith("cpu"):
+            raise ModelError("a GGUF model of your own runs on the ggml backend (CPU) only")
+        if not ggml.available():
+            raise ModelError("a GGUF model needs llama-cpp-python: run scripts/setup.sh")
+        return "ggml"
     gguf = manifest.target.source == "pypi-parts" and (
         manifest.draft is None or manifest.draft.source == "pypi-parts"
     )
@@ -305,6 +311,15 @@ def load_ggml_pair(
     if with_draft:
         assert manifest.draft is not None
         paths.append(gguf_file(manifest.draft, manifest.install_hint))
+    if (
+        manifest.target.source == "gguf"
+    ):  # a user's model: say what it takes, refuse what cannot fit
+        from .ggml.llama import Settings as GgmlSettings
+        from .models.gguf_info import read_gguf_info
+        from .models.user_models import check_memory
+
+        infos = [read_gguf_info(path) for path in paths]
+        progress(f"loading {infos[0].name}: {check_memory(infos, GgmlSettings().n_ctx)}")
     folder = tokenizer_folder(manifest.target, manifest.install_hint, progress)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)

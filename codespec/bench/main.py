@@ -18,6 +18,7 @@ from .. import machine
 from ..files import FileError, parse_json, read_text
 from ..languages import LANGUAGES
 from ..memory import return_freed_memory
+from ..models.user_models import pair_named
 from . import corpus, report, sources
 from .docs import bets_text, write_docs
 from .peer import peer_lines
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
 
     t0 = time.perf_counter()
     pair = load_pair(
-        args.pair,
+        pair_named(args.pair, args.model),
         device=args.device,
         draft_mode=args.draft,
         progress=log,
@@ -249,7 +250,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
 
     present = sources.packages(corpus_dir, set(languages))
     pair = load_pair(
-        args.pair,
+        pair_named(args.pair, args.model),
         device=args.device,
         draft_mode=args.draft,
         progress=log,

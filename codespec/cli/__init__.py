@@ -1,4 +1,5 @@
-"""Command line: ``codespec complete PATH:LINE:COL``, ``prepare``, ``serve``, ``lsp``, ``bench``.
+"""Command line: ``codespec complete PATH:LINE:COL``, ``prepare``, ``serve``, ``lsp``, ``bench``,
+``stats``, ``forget``, ``models``.
 
 One module per subcommand (``stats`` and ``forget`` share one), its parser beside what it runs.
 
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Callable
 
 from ..models import ModelError
-from . import bench, complete, lsp, prepare, serve, stats
+from . import bench, complete, lsp, models, prepare, serve, stats
 from .common import EXIT_USAGE, UsageError, in_range
 
 DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]{1,3})?")
@@ -29,6 +30,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench": bench.run,
     "stats": stats.run_stats,
     "forget": stats.run_forget,
+    "models": models.run,
 }
 
 
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_stats_parser(sub)
     stats.add_forget_parser(sub)
     bench.add_parser(sub)
+    models.add_parser(sub)
     return parser
 
 

@@ -34,6 +34,13 @@ def parse_location(spec: str) -> tuple[Path, int, int]:
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help="model pair name or manifest path")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME|PATH",
+        help="a GGUF model you have instead of the pair: a name `codespec models` lists "
+        "(ollama:qwen2.5-coder:7b, lmstudio:..., hf:...) or a file; the draft pairs itself",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
     p.add_argument(
         "--quantize",
@@ -51,6 +58,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "auto (default): whichever this machine measured faster (once), ggml only where "
         "llama-cpp-python is installed and no --quantize is given",
     )
+
+
+def pair_of(args: argparse.Namespace):
+    """What ``--model`` or ``--pair`` names: a pair manifest, or the name of one."""
+    from ..models.user_models import pair_named
+
+    return pair_named(args.pair, getattr(args, "model", None))
 
 
 def note(message: str) -> None:

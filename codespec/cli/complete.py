@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..files import MAX_DOCUMENT_BYTES, FileError, read_text
-from .common import Subparsers, UsageError, add_model_options, note, parse_location
+from .common import Subparsers, UsageError, add_model_options, note, pair_of, parse_location
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stops import Cursor, Mode
 
     pair = load_pair(
-        args.pair,
+        pair_of(args),
         device=args.device,
         draft_mode=args.draft,
         progress=note,

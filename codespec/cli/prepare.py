@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import Subparsers, add_model_options, note
+from .common import Subparsers, add_model_options, note, pair_of
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from ..runtime import choose_backend, prepared_form
 
-    manifest = load_manifest(args.pair)
+    manifest = pair_of(args)
+    manifest = load_manifest(manifest) if isinstance(manifest, str) else manifest
     device = choose_device(args.device)
     if choose_backend(manifest, device, args.backend, args.quantize, note) == "ggml":
         tokenizer_folder(manifest.target, manifest.install_hint, progress=note)

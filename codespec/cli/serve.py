@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import Subparsers, UsageError, add_model_options, note
+from .common import Subparsers, UsageError, add_model_options, note, pair_of
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
             max_pages=args.test_stats_max_pages,  # testing aid: a disk that fills up
         )
     remote = remote_engine(args)
+    if remote is not None and args.model:
+        raise UsageError("--model runs a model here; with --engine the server's model decodes")
+    model = pair_of(args)  # (a --model that cannot run is one line now, not at the first request)
     if remote is not None:
         from ..remote.config import plain_http_warnings
         from ..runtime import load_remote_pair
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
         def load():
             return load_pair(
-                args.pair,
+                model,
                 device=args.device,
                 draft_mode=args.draft,
                 progress=note,

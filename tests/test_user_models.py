@@ -1,0 +1,318 @@
+"""The models users already have (issue 54): GGUF files found where Ollama, LM Studio,
+llama.cpp and the Hugging Face cache keep them, their metadata read without their weights,
+other families' fill-in-the-middle tokens, the draft paired by vocabulary, and files that are
+not models refused in one line. Real files in a fake home; tiny GGUFs written here (the
+``gguf`` package) stand in for other families; llama.cpp reads them all."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import write_tiny_gguf
+from remote_helpers import needs_server
+
+from codespec.models import ModelError
+from codespec.models.discovery import find_models
+from codespec.models.gguf_info import read_gguf_info
+from codespec.models.sources import cache_root as models_cache_root
+from codespec.models.user_models import manifest_for_model
+
+pytestmark = needs_server  # (llama-cpp-python reads the metadata)
+
+
+def byte_level_alphabet() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes (what a byte-level BPE vocabulary holds)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    kept += range(ord("®"), ord("ÿ") + 1)
+    shown, extra = list(kept), 0
+    for byte in range(256):
+        if byte not in kept:
+            kept.append(byte)
+            shown.append(256 + extra)
+            extra += 1
+    return [chr(c) for c in shown]
+
+
+def write_family_gguf(path: Path, kind: str, specials: list[str], eos: str) -> Path:
+    """A GGUF with a vocabulary and no weights: ``bpe`` (byte-level, StarCoder2-like) or
+    ``spm`` (SentencePiece with byte tokens, CodeLlama-like), plus ``specials``."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_context_length(16384)
+    writer.add_embedding_length(64)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(4)
+    writer.add_layer_norm_rms_eps(1e-5)
+    if kind == "spm":
+        tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "▁a", *specials]
+        types = [2, 3, 3, *[6] * 256, 1, *[3] * len(specials)]
+        writer.add_tokenizer_model("llama")
+        writer.add_token_scores([0.0] * len(tokens))
+    else:
+        tokens = [specials[0], *byte_level_alphabet(), "ab", *specials[1:]]
+        types = [3, *[1] * 257, *[3] * (len(specials) - 1)]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_merges(["a b"])
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_eos_token_id(tokens.index(eos))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny random Qwen2 GGUF with the real Qwen2.5-Coder vocabulary."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+def lay_out_stores(home: Path, model: Path) -> dict[str, Path]:
+    """``model`` placed as each store keeps its files; {store: where the file is}."""
+    data = model.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    ollama = home / ".ollama" / "models"
+    blob = ollama / "blobs" / f"sha256-{digest}"
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(data)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "tiny"
+    manifest.parent.mkdir(parents=True)
+    layers = [
+        {"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "0" * 64},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"},
+    ]
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    lmstudio = home / ".lmstudio" / "models" / "Qwen" / "tiny-GGUF" / "tiny-q8_0.gguf"
+    lmstudio.parent.mkdir(parents=True)
+    lmstudio.write_bytes(data)
+    repo = home / ".cache" / "huggingface" / "hub" / "models--Qwen--tiny-GGUF"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / digest).write_bytes(data)
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "tiny.gguf").symlink_to(Path("../../blobs") / digest)  # as the hub writes it
+    llamacpp = home / ".cache" / "llama.cpp" / "Qwen_tiny-GGUF_tiny.gguf"
+    llamacpp.parent.mkdir(parents=True)
+    llamacpp.write_bytes(data)
+    return {
+        "ollama": blob,
+        "lmstudio": lmstudio,
+        "hf": repo / "blobs" / digest,
+        "llamacpp": llamacpp,
+    }
+
+
+def test_each_store_is_found_with_its_own_names(tmp_path, tiny):
+    home = tmp_path / "home"
+    placed = lay_out_stores(home, tiny)
+    outside = tmp_path / "elsewhere.gguf"
+    outside.write_bytes(tiny.read_bytes())
+    (home / ".lmstudio" / "models" / "Qwen" / "link-out.gguf").symlink_to(outside)
+    found = {m.name: m for m in find_models(home=home, env={})}
+    assert set(found) == {
+        "ollama:qwen2.5-coder:tiny",
+        "lmstudio:Qwen/tiny-GGUF/tiny-q8_0.gguf",
+        "hf:Qwen/tiny-GGUF/tiny.gguf",
+        "llamacpp:Qwen_tiny-GGUF_tiny.gguf",
+    }  # (the link out of LM Studio's folder is not followed)
+    for name, model in found.items():
+        assert model.path == placed[model.store].resolve(), name
+    env = {"OLLAMA_MODELS": str(home / ".ollama" / "models"), "HF_HOME": str(tmp_path / "none")}
+    moved = {m.name for m in find_models(home=tmp_path / "nobody", env=env)}
+    assert moved == {"ollama:qwen2.5-coder:tiny"}
+
+
+def test_the_metadata_says_what_the_model_is_and_the_draft_pairs_by_vocabulary(tiny):
+    info = read_gguf_info(tiny)
+    assert info.architecture == "qwen2" and info.context_length == 4096
+    assert info.has_fim and info.tokens.fim_prefix == "<|fim_prefix|>"
+    assert info.tokens.repo_name == "<|repo_name|>" and "<|endoftext|>" in info.tokens.stop
+    from codespec.models import gguf_file, load_manifest
+
+    default = load_manifest()
+    assert read_gguf_info(gguf_file(default.draft, "")).vocabulary == info.vocabulary
+
+
+@pytest.mark.parametrize(
+    ("kind", "specials", "eos", "expected"),
+    [
+        (  # StarCoder2: llama.cpp finds the FIM tokens; the repository ones are ours to find
+            "bpe",
+            ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>",
+             "<repo_name>", "<file_sep>"],
+            "<|endoftext|>",
+            ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<repo_name>", "<file_sep>"),
+        ),
+        (  # CodeLlama: SentencePiece, its infill ends at EOT
+            "spm",
+            ["▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"],
+            "</s>",
+            ("▁<PRE>", "▁<SUF>", "▁<MID>", "", ""),
+        ),
+    ],
+)  # fmt: skip
+def test_other_families_fill_in_the_middle_tokens(tmp_path, kind, specials, eos, expected):
+    info = read_gguf_info(write_family_gguf(tmp_path / "m.gguf", kind, specials, eos))
+    tokens = info.tokens
+    assert info.has_fim
+    got = (
+        tokens.fim_prefix,
+        tokens.fim_suffix,
+        tokens.fim_middle,
+        tokens.repo_name,
+        tokens.file_sep,
+    )
+    assert got == expected
+    assert eos in tokens.stop and (kind != "spm" or "▁<EOT>" in tokens.stop)
+
+
+def test_a_model_without_fim_tokens_is_prompted_with_the_prefix_alone(tmp_path, tiny):
+    from transformers import AutoTokenizer
+
+    from codespec.prompt import FimRequest, build_fim_prompt
+
+    path = write_family_gguf(tmp_path / "plain.gguf", "bpe", ["<|endoftext|>"], "<|endoftext|>")
+    info = read_gguf_info(path)
+    assert not info.has_fim and "<|endoftext|>" in info.tokens.stop
+    manifest = manifest_for_model(str(path))
+    assert manifest.tokens.fim_prefix == "" and manifest.draft is None
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny.parent), gguf_file=tiny.name)
+    request = FimRequest("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", path="m.py")
+    ids, _ = build_fim_prompt(tokenizer, manifest.tokens, request)
+    assert tokenizer.decode(ids) == "def add(a, b):\n    return "
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"not a model at all\n" * 100, b"GGUF" + b"\xff" * 60, "truncated"]
+)
+def test_a_file_that_is_not_a_model_is_one_line(tmp_path, tiny, content):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(tiny.read_bytes()[:4096] if content == "truncated" else content)
+    with pytest.raises(ModelError) as refused:
+        read_gguf_info(path)
+    assert "\n" not in str(refused.value) and str(path) in str(refused.value)
+    result = subprocess.run(
+        [sys.executable, "-m", "codespec", "complete", "x.py:1:1", "--model", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "codespec: error:" in result.stderr
+
+
+def place(source: Path, target: Path) -> None:
+    """``source`` at ``target`` without a copy where the file system allows (a hard link is
+    a file of the store, not a link out of it)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def test_codespec_models_lists_what_it_finds_and_pairs_the_draft(tmp_path, tiny):
+    """The tiny model is smaller than any draft (none pairs); the embedded 1.5B laid out in
+    LM Studio's folder gets the embedded 0.5B, whose vocabulary it shares."""
+    from codespec.models import gguf_file, load_manifest
+
+    default = load_manifest()
+    home = tmp_path / "home"
+    lay_out_stores(home, tiny)
+    place(
+        gguf_file(default.target, ""),
+        home / ".lmstudio" / "models" / "Qwen" / "coder-GGUF" / "coder-1.5b-q4_k_m.gguf",
+    )
+    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
+    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
+    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "-m", "codespec", "models", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) >= {"qwen2.5-coder-1.5b", "ollama:qwen2.5-coder:tiny"} and len(rows) == 6
+    tiny_row = rows["ollama:qwen2.5-coder:tiny"]
+    assert tiny_row["architecture"] == "qwen2" and tiny_row["fim"] is True
+    assert tiny_row["draft"] is None
+    coder = rows["lmstudio:Qwen/coder-GGUF/coder-1.5b-q4_k_m.gguf"]
+    assert coder["quantization"] == "Q4_K_M" and coder["context_length"] == 32768
+    assert coder["draft"] == default.draft.label
+
+
+def test_memory_is_said_before_loading_and_what_cannot_fit_is_refused(tiny):
+    from codespec.models.user_models import check_memory
+
+    info = read_gguf_info(tiny)
+    assert info.layers == 2 and info.kv_width > 0
+    line = check_memory([info], 4096, available=64 << 30)
+    assert "GiB of weights" in line and "K/V cache for 4096 tokens" in line
+    with pytest.raises(ModelError, match="does not fit in memory"):
+        check_memory([info], 4096, available=1 << 20)
+
+
+def complete_with(model: str, home: Path, tmp_path: Path) -> dict:
+    """``codespec complete --model`` in a fake home: its JSON report."""
+    source = tmp_path / "fib.py"
+    source.write_text("def fibonacci(n):\n    if n < 2:\n        return n\n    return \n")
+    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
+    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
+    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "-m", "codespec", "complete", f"{source}:4:12", "--model", model,
+         "--json", "--max-tokens", "12"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "K/V cache" in result.stderr  # what it takes was said before loading
+    return json.loads(result.stdout)
+
+
+def test_a_model_from_a_store_completes_by_its_name(tmp_path, tiny):
+    home = tmp_path / "home"
+    lay_out_stores(home, tiny)
+    report = complete_with("hf:Qwen/tiny-GGUF/tiny.gguf", home, tmp_path)
+    assert report["tokens"] > 0 and report["draft_model"] is None
+
+
+@pytest.mark.real_model
+def test_the_embedded_model_kept_by_ollama_completes_with_the_draft_paired(tmp_path):
+    """The embedded 1.5B as Ollama keeps a pulled model (manifest and blob): found by its
+    Ollama name, run as it is, and the embedded 0.5B drafts for it (the same vocabulary)."""
+    from codespec.models import gguf_file, load_manifest
+
+    default = load_manifest()
+    home = tmp_path / "home"
+    model = gguf_file(default.target, "")
+    digest = default.target.sha256
+    store = home / ".ollama" / "models"
+    place(model, store / "blobs" / f"sha256-{digest}")
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "1.5b"
+    manifest.parent.mkdir(parents=True)
+    layer = {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"}
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [layer]}))
+    report = complete_with("ollama:qwen2.5-coder:1.5b", home, tmp_path)
+    assert report["draft_model"] == default.draft.label
+    assert "fibonacci(n - 1)" in report["completion"].replace("n-1", "n - 1"), report
