@@ -6,6 +6,7 @@ not models refused in one line. Real files in a fake home; tiny GGUFs written he
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -316,3 +317,24 @@ def test_the_embedded_model_kept_by_ollama_completes_with_the_draft_paired(tmp_p
     report = complete_with("ollama:qwen2.5-coder:1.5b", home, tmp_path)
     assert report["draft_model"] == default.draft.label
     assert "fibonacci(n - 1)" in report["completion"].replace("n-1", "n - 1"), report
+
+
+def test_the_settings_file_names_the_model_and_more_folders(tmp_path, tiny):
+    """``[model]`` in config.toml: ``name`` runs without ``--model`` (the daemon an editor
+    starts reads it too), ``folders`` are looked in; a bad table is one line."""
+    from codespec.cli.common import UsageError, model_choice, pair_of
+    from codespec.cli.models import add_parser as _  # noqa: F401  (the command exists)
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "tiny.gguf").write_bytes(tiny.read_bytes())
+    config = tmp_path / "config.toml"
+    config.write_text(f'[model]\nname = "{folder / "tiny.gguf"}"\nfolders = ["{folder}"]\n')
+    args = argparse.Namespace(pair="qwen2.5-coder-1.5b", model=None, config=str(config))
+    assert model_choice(args).folders == (str(folder),)
+    manifest = pair_of(args)
+    assert manifest.target.source == "gguf" and manifest.target.path == str(folder / "tiny.gguf")
+    assert find_models(model_choice(args).folders, home=tmp_path / "nobody", env={})
+    config.write_text("[model]\nname = 3\n")
+    with pytest.raises(UsageError, match=r"\[model\] name"):
+        pair_of(args)

@@ -61,10 +61,26 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def pair_of(args: argparse.Namespace):
-    """What ``--model`` or ``--pair`` names: a pair manifest, or the name of one."""
+    """What ``--model``, else ``--pair``, else the settings file's ``[model]`` names: a pair
+    manifest, or the name of one."""
     from ..models.user_models import pair_named
 
-    return pair_named(args.pair, getattr(args, "model", None))
+    choice = model_choice(args)
+    model = getattr(args, "model", None)
+    if model is None and args.pair == DEFAULT_PAIR:
+        model = choice.name
+    return pair_named(args.pair, model, choice.folders)
+
+
+def model_choice(args: argparse.Namespace):
+    """The settings file's ``[model]`` (``server/config.py``); a bad one is a usage error."""
+    from ..server.config import model_table
+
+    config = getattr(args, "config", None)
+    try:
+        return model_table(Path(config) if config else None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def note(message: str) -> None:

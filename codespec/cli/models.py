@@ -7,7 +7,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from .common import Subparsers
+from .common import Subparsers, model_choice
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     drafts = embedded_drafts()
     default = load_manifest(DEFAULT_PAIR)
     rows.append({"name": DEFAULT_PAIR, "store": "embedded", "description": default.description})
-    for found in find_models(tuple(args.folder)):
+    for found in find_models(tuple(args.folder) + model_choice(args).folders):
         try:
             info = read_gguf_info(found.path)
         except ModelError as exc:

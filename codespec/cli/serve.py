@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     remote = remote_engine(args)
     if remote is not None and args.model:
         raise UsageError("--model runs a model here; with --engine the server's model decodes")
-    model = pair_of(args)  # (a --model that cannot run is one line now, not at the first request)
+    # (a model that cannot run is one line now, not an error at the first request)
+    model = pair_of(args) if remote is None else args.pair
     if remote is not None:
         from ..remote.config import plain_http_warnings
         from ..runtime import load_remote_pair

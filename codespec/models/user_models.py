@@ -82,9 +82,9 @@ def manifest_for_model(
     )
 
 
-def pair_named(pair: str, model: str | None) -> str | PairManifest:
+def pair_named(pair: str, model: str | None, folders: tuple[str, ...] = ()) -> str | PairManifest:
     """What the command line names: ``--model``'s pair if given, else the ``--pair`` name."""
-    return manifest_for_model(model) if model else pair
+    return manifest_for_model(model, folders) if model else pair
 
 
 # What llama.cpp holds beside the weights and the K/V cache (its compute buffers, the batch,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import reprlib
 import tomllib
-from dataclasses import Field, fields, replace
+from dataclasses import Field, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,35 @@ def engine_table(path: Path | None = None) -> tuple[dict | None, str]:
     return (table if table is not None else None), f"{path} [engine]"
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """The settings file's ``[model]`` table: a GGUF of the user's to run instead of the
+    embedded pair (``name``: what ``--model`` takes), and folders ``codespec models`` also
+    looks in."""
+
+    name: str | None = None
+    folders: tuple[str, ...] = ()
+
+
+def model_table(path: Path | None = None) -> ModelChoice:
+    """``[model]`` from the settings file; a value of the wrong kind is a one-line
+    ``ValueError``. A file that cannot be read was reported by ``load_file``."""
+    path = path or config_path()
+    try:
+        data = parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
+    except (FileError, tomllib.TOMLDecodeError):
+        return ModelChoice()
+    table = data.get("model", {})
+    if not isinstance(table, dict) or set(table) - {"name", "folders"}:
+        raise ValueError(f"{path}: [model] takes name and folders only")
+    name, folders = table.get("name"), table.get("folders", [])
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError(f"{path}: [model] name must be a model name or path")
+    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        raise ValueError(f"{path}: [model] folders must be a list of paths")
+    return ModelChoice(name.strip() if name else None, tuple(folders))
+
+
 def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
     """Settings from the TOML file (the default one missing: defaults). Any file that cannot
     be read as TOML (a directory, not UTF-8, too large, bad syntax) gives one warning and the
@@ -150,6 +179,6 @@ def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
         return Settings(), [f"{path}: {exc}; using defaults"]
     if not isinstance(data.get("completion", data), dict):
         return Settings(), [f"{path}: [completion] must be a table; using defaults"]
-    table = data.get("completion", {k: v for k, v in data.items() if k != "engine"})
+    table = data.get("completion", {k: v for k, v in data.items() if k not in ("engine", "model")})
     settings, problems = merge(Settings(), table)
     return settings, [f"{path}: {p}" for p in problems]
