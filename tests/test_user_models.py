@@ -338,3 +338,32 @@ def test_the_settings_file_names_the_model_and_more_folders(tmp_path, tiny):
     config.write_text("[model]\nname = 3\n")
     with pytest.raises(UsageError, match=r"\[model\] name"):
         pair_of(args)
+
+
+def test_a_draft_named_by_the_user_must_share_the_vocabulary(tmp_path, tiny):
+    other = tiny.parent / "other-seed.gguf"
+    if not other.exists():
+        write_tiny_gguf(other, seed=1)
+    manifest = manifest_for_model(str(tiny), draft_name=str(other))
+    assert manifest.draft is not None and manifest.draft.path == str(other)
+    foreign = write_family_gguf(tmp_path / "sc2.gguf", "bpe", ["<|endoftext|>", "<fim_prefix>",
+                                "<fim_middle>", "<fim_suffix>"], "<|endoftext|>")  # fmt: skip
+    with pytest.raises(ModelError, match="vocabularies differ"):
+        manifest_for_model(str(tiny), draft_name=str(foreign))
+    source = tmp_path / "x.py"
+    source.write_text("x = 1\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codespec",
+            "complete",
+            f"{source}:1:1",
+            "--draft-model",
+            str(other),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "--draft-model" in result.stderr

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
 
     t0 = time.perf_counter()
     pair = load_pair(
-        pair_named(args.pair, args.model),
+        pair_named(args.pair, args.model, draft=args.draft_model),
         device=args.device,
         draft_mode=args.draft,
         progress=log,
@@ -250,7 +250,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
 
     present = sources.packages(corpus_dir, set(languages))
     pair = load_pair(
-        pair_named(args.pair, args.model),
+        pair_named(args.pair, args.model, draft=args.draft_model),
         device=args.device,
         draft_mode=args.draft,
         progress=log,

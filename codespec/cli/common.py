@@ -41,6 +41,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="a GGUF model you have instead of the pair: a name `codespec models` lists "
         "(ollama:qwen2.5-coder:7b, lmstudio:..., hf:...) or a file; the draft pairs itself",
     )
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        metavar="NAME|PATH",
+        help="the draft for --model, instead of the one paired by vocabulary (the same "
+        "vocabulary is required)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
     p.add_argument(
         "--quantize",
@@ -69,7 +76,7 @@ def pair_of(args: argparse.Namespace):
     model = getattr(args, "model", None)
     if model is None and args.pair == DEFAULT_PAIR:
         model = choice.name
-    return pair_named(args.pair, model, choice.folders)
+    return pair_named(args.pair, model, choice.folders, getattr(args, "draft_model", None))
 
 
 def model_choice(args: argparse.Namespace):

@@ -61,30 +61,51 @@ def paired_draft(
 
 
 def manifest_for_model(
-    name_or_path: str, folders: tuple[str, ...] = (), use_draft: bool = True
+    name_or_path: str,
+    folders: tuple[str, ...] = (),
+    use_draft: bool = True,
+    draft_name: str | None = None,
 ) -> PairManifest:
-    """A pair whose target is the user's GGUF file (the module's docstring)."""
+    """A pair whose target is the user's GGUF file (the module's docstring); ``draft_name``
+    names its draft instead of the one paired by vocabulary."""
     path = resolve_model(name_or_path, folders)
     info = read_gguf_info(path)
-    target = ModelSource(
-        source="gguf", label=info.name, path=str(path), size=info.bytes, gguf_name=path.name
-    )
+    draft = paired_draft(info) if use_draft and draft_name is None else None
+    if use_draft and draft_name is not None:
+        draft_path = resolve_model(draft_name, folders)
+        draft_info = read_gguf_info(draft_path)
+        if draft_info.vocabulary != info.vocabulary:
+            raise ModelError(
+                f"{draft_name} cannot draft for {name_or_path}: their vocabularies differ"
+            )
+        draft = as_source(draft_info, draft_path)
     default = load_manifest(DEFAULT_PAIR)
     return replace(
         default,
         name=name_or_path,
         description=f"{info.name} ({info.architecture}, {info.quantization}, from {path})",
-        target=target,
-        draft=paired_draft(info) if use_draft else None,
+        target=as_source(info, path),
+        draft=draft,
         tokens=info.tokens,
         path=None,
         engine={},
     )
 
 
-def pair_named(pair: str, model: str | None, folders: tuple[str, ...] = ()) -> str | PairManifest:
-    """What the command line names: ``--model``'s pair if given, else the ``--pair`` name."""
-    return manifest_for_model(model, folders) if model else pair
+def as_source(info: GgufInfo, path: Path) -> ModelSource:
+    return ModelSource(
+        source="gguf", label=info.name, path=str(path), size=info.bytes, gguf_name=path.name
+    )
+
+
+def pair_named(
+    pair: str, model: str | None, folders: tuple[str, ...] = (), draft: str | None = None
+) -> str | PairManifest:
+    """What the command line names: ``--model``'s pair (with ``--draft-model``'s draft) if
+    given, else the ``--pair`` name."""
+    if draft and not model:
+        raise ModelError("--draft-model drafts for a --model (or [model] name) only")
+    return manifest_for_model(model, folders, draft_name=draft) if model else pair
 
 
 # What llama.cpp holds beside the weights and the K/V cache (its compute buffers, the batch,
