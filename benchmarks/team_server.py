@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from remote_helpers import start_llama_server  # noqa: E402
+from remote_helpers import large_document, start_llama_server  # noqa: E402
 
 from codespec.completion import complete  # noqa: E402
 from codespec.languages import language_for  # noqa: E402
@@ -29,15 +29,7 @@ from codespec.runtime import load_remote_pair  # noqa: E402
 from codespec.settings import Settings, completion_options  # noqa: E402
 from codespec.stops import Cursor  # noqa: E402
 
-BODY = "".join(
-    f"def handler_{i}(request, store):\n"
-    f'    """Handle request kind {i}."""\n'
-    f"    record = store.get(request.key_{i})\n"
-    f"    return record.value * {i} if record else None\n\n\n"
-    for i in range(120)
-)
-PREFIX = BODY + "def total(records):\n    result = 0\n    for record in records:\n        "
-SUFFIX = "\n    return result\n" + BODY.replace("handler_", "helper_")
+PREFIX, SUFFIX = large_document()
 
 
 class ConfiguredSizes(RemoteEngine):

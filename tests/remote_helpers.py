@@ -43,6 +43,20 @@ needs_server = pytest.mark.skipif(
 )
 
 
+def large_document() -> tuple[str, str]:
+    """(prefix, suffix) of a 240-function Python file, the cursor in a loop between them: a
+    prompt of thousands of tokens, as a team server gets (``benchmarks/team_server.py`` too)."""
+    body = "".join(
+        f"def handler_{i}(request, store):\n"
+        f'    """Handle request kind {i}."""\n'
+        f"    record = store.get(request.key_{i})\n"
+        f"    return record.value * {i} if record else None\n\n\n"
+        for i in range(120)
+    )
+    prefix = body + "def total(records):\n    result = 0\n    for record in records:\n        "
+    return prefix, "\n    return result\n" + body.replace("handler_", "helper_")
+
+
 def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """``python -m llama_cpp.server`` on a free loopback port, once it answers."""
     port = free_port()

@@ -385,7 +385,7 @@ def test_a_team_server_on_a_cpu_answers_the_first_request_and_keeps_its_cache(to
     (a prompt sized for a GPU took longer than that to prefill, and the server was taken for
     gone); the rate is then measured, and the next keystroke's prompt shares its start with
     the first, so the server's cache makes it cheaper."""
-    from remote_helpers import start_llama_server
+    from remote_helpers import large_document, start_llama_server
 
     from codespec.completion import complete
     from codespec.languages import language_for
@@ -404,15 +404,7 @@ def test_a_team_server_on_a_cpu_answers_the_first_request_and_keeps_its_cache(to
         engine = pair.engine
         assert isinstance(engine, RemoteEngine)
         assert engine.prefill_rate == COLD_PREFILL_RATE
-        body = "".join(
-            f"def handler_{i}(request, store):\n"
-            f'    """Handle request kind {i}."""\n'
-            f"    record = store.get(request.key_{i})\n"
-            f"    return record.value * {i} if record else None\n\n\n"
-            for i in range(120)
-        )
-        prefix = body + "def total(records):\n    result = 0\n    for record in records:\n        "
-        suffix = "\n    return result\n" + body.replace("handler_", "helper_")
+        prefix, suffix = large_document()
         options = completion_options(Settings())
         results = []
         for typed in ("", "r"):
