@@ -367,3 +367,42 @@ def test_a_draft_named_by_the_user_must_share_the_vocabulary(tmp_path, tiny):
         timeout=120,
     )
     assert result.returncode == 2 and "--draft-model" in result.stderr
+
+
+def test_the_daemon_serves_a_model_named_in_the_settings_file(tmp_path, tiny):
+    """``codespec serve`` (what ``codespec lsp`` starts for an editor) with ``[model] name``
+    in its settings file: an editor's request over real JSON-RPC is answered by that model,
+    and the daemon's log says which model it loaded and what it takes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "lsp"))
+    from helpers import wait_for_socket
+    from rpc import did_open, folder_session, inline_request
+
+    home = tmp_path / "home"
+    lay_out_stores(home, tiny)
+    config = tmp_path / "config.toml"
+    config.write_text('[model]\nname = "ollama:qwen2.5-coder:tiny"\n')
+    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
+    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
+    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    socket_path, log = tmp_path / "d.sock", tmp_path / "daemon.log"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status",
+         "--config", str(config), "--no-stats"],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env=env,
+    )  # fmt: skip
+    try:
+        wait_for_socket(socket_path)
+        client = folder_session(socket_path, [], {"stopRules": False, "maxTokens": 4})
+        uri = (tmp_path / "a.py").as_uri()
+        client.send(did_open(uri, "def add(a, b):\n    return "))
+        client.send(inline_request(1, uri, 1, 11))
+        items = client.reply_to(1)["result"]["items"]
+        assert items and items[0]["insertText"]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    text = log.read_text()
+    assert "K/V cache" in text and "model ready" in text, text[-2000:]
