@@ -311,9 +311,7 @@ def load_ggml_pair(
     if with_draft:
         assert manifest.draft is not None
         paths.append(gguf_file(manifest.draft, manifest.install_hint))
-    if (
-        manifest.target.source == "gguf"
-    ):  # a user's model: say what it takes, refuse what cannot fit
+    if manifest.target.source == "gguf":  # a user's model: say what it takes, refuse what won't fit
         from .ggml.llama import Settings as GgmlSettings
         from .models.gguf_info import read_gguf_info
         from .models.user_models import check_memory

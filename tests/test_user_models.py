@@ -215,6 +215,16 @@ def test_a_file_that_is_not_a_model_is_one_line(tmp_path, tiny, content):
     assert result.stderr.count("\n") == 1 and "codespec: error:" in result.stderr
 
 
+def environment_in(home: Path) -> dict[str, str]:
+    """This process's environment with ``home`` as the user's home and no store named by a
+    variable (the prepared embedded models stay where they are, not re-joined)."""
+    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
+    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
+    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    return env
+
+
 def place(source: Path, target: Path) -> None:
     """``source`` at ``target`` without a copy where the file system allows (a hard link is
     a file of the store, not a link out of it)."""
@@ -237,10 +247,7 @@ def test_codespec_models_lists_what_it_finds_and_pairs_the_draft(tmp_path, tiny)
         gguf_file(default.target, ""),
         home / ".lmstudio" / "models" / "Qwen" / "coder-GGUF" / "coder-1.5b-q4_k_m.gguf",
     )
-    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
-    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
-    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        env.pop(name, None)
+    env = environment_in(home)
     result = subprocess.run(
         [sys.executable, "-m", "codespec", "models", "--json"],
         capture_output=True,
@@ -274,10 +281,7 @@ def complete_with(model: str, home: Path, tmp_path: Path) -> dict:
     """``codespec complete --model`` in a fake home: its JSON report."""
     source = tmp_path / "fib.py"
     source.write_text("def fibonacci(n):\n    if n < 2:\n        return n\n    return \n")
-    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
-    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
-    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        env.pop(name, None)
+    env = environment_in(home)
     result = subprocess.run(
         [sys.executable, "-m", "codespec", "complete", f"{source}:4:12", "--model", model,
          "--json", "--max-tokens", "12"],
@@ -381,10 +385,7 @@ def test_the_daemon_serves_a_model_named_in_the_settings_file(tmp_path, tiny):
     lay_out_stores(home, tiny)
     config = tmp_path / "config.toml"
     config.write_text('[model]\nname = "ollama:qwen2.5-coder:tiny"\n')
-    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
-    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
-    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        env.pop(name, None)
+    env = environment_in(home)
     socket_path, log = tmp_path / "d.sock", tmp_path / "daemon.log"
     daemon = subprocess.Popen(
         [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status",

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 "bytes": info.bytes,
                 "fim": info.has_fim,
                 "tokens": asdict(info.tokens),
-                "draft": getattr(paired_draft(info, drafts), "label", None),
+                "draft": draft.label if (draft := paired_draft(info, drafts)) else None,
             }
         )
     if args.json:

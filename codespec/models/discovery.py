@@ -112,15 +112,21 @@ def _walk(root: Path, max_depth: int) -> Iterator[Path]:
             yield Path(entry.path)
 
 
-def _gguf_files(store: str, root: Path) -> Iterator[FoundModel]:
-    for path in _walk(root, max_depth=4):
+def _ggufs_below(folder: Path, store_root: Path, max_depth: int) -> Iterator[tuple[str, Path]]:
+    """(path relative to ``folder``, real path) of each whole GGUF model file below it whose
+    real path stays inside ``store_root``."""
+    for path in _walk(folder, max_depth):
         if not path.name.lower().endswith(".gguf") or SPLIT.search(path.name):
             continue
-        real = _inside(path, root)
-        if real is None:
-            continue
-        relative = path.relative_to(root).as_posix()
-        yield FoundModel(str(path) if store == "folder" else f"{store}:{relative}", store, real)
+        real = _inside(path, store_root)
+        if real is not None:
+            yield path.relative_to(folder).as_posix(), real
+
+
+def _gguf_files(store: str, root: Path) -> Iterator[FoundModel]:
+    for relative, real in _ggufs_below(root, root, max_depth=4):
+        name = str(root / relative) if store == "folder" else f"{store}:{relative}"
+        yield FoundModel(name, store, real)
 
 
 def _hf_cache(store: str, root: Path) -> Iterator[FoundModel]:
@@ -136,13 +142,9 @@ def _hf_cache(store: str, root: Path) -> Iterator[FoundModel]:
         except (OSError, ValueError):
             continue
         repo_id = repo.name.removeprefix("models--").replace("--", "/")
-        for path in _walk(newest, max_depth=2):
-            if not path.name.lower().endswith(".gguf") or SPLIT.search(path.name):
-                continue
-            real = _inside(path, repo)  # (snapshots link to the repository's own blobs)
-            if real is not None:
-                relative = path.relative_to(newest).as_posix()
-                yield FoundModel(f"hf:{repo_id}/{relative}", store, real)
+        # (snapshots link to the repository's own blobs: inside it, followed)
+        for relative, real in _ggufs_below(newest, repo, max_depth=2):
+            yield FoundModel(f"hf:{repo_id}/{relative}", store, real)
 
 
 def _ollama(store: str, root: Path) -> Iterator[FoundModel]:

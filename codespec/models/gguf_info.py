@@ -17,6 +17,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .manifests import FimTokens, ModelError
@@ -75,9 +76,17 @@ def check_gguf_file(path: Path) -> os.stat_result:
 
 
 def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
-    """What ``path`` holds (the module's docstring); ``ModelError`` in one line otherwise."""
+    """What ``path`` holds (the module's docstring); ``ModelError`` in one line otherwise.
+    Read once per file as it is now: choosing a model, pairing its draft and checking memory
+    before loading all ask about the same files."""
     path = Path(path)
     info = check_gguf_file(path)
+    return _read(path, info.st_size, info.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
+    """``read_gguf_info`` for a checked file (its size and time key the cache)."""
     try:
         import llama_cpp as llama
     except ImportError as exc:  # (an OSError inside: the shared library did not load)
@@ -122,7 +131,7 @@ def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
             parameters=int(llama.llama_model_n_params(model)),
             quantization=quantization_name(meta("general.file_type")),
             context_length=_int(meta(f"{architecture}.context_length")),
-            bytes=info.st_size,
+            bytes=size,
             tokens=_fim_tokens(llama, vocab),
             vocabulary=_vocabulary_digest(llama, vocab),
             layers=_int(meta(f"{architecture}.block_count")),

@@ -122,16 +122,20 @@ def config_path() -> Path:
     return Path(platformdirs.user_config_dir("codespec")) / "config.toml"
 
 
+def _readable(path: Path) -> dict[str, Any]:
+    """The settings file's tables; {} for a file that cannot be read (``load_file`` reports
+    that one)."""
+    try:
+        return parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
+    except (FileError, tomllib.TOMLDecodeError):
+        return {}
+
+
 def engine_table(path: Path | None = None) -> tuple[dict | None, str]:
     """The settings file's ``[engine]`` table (None when it has none) and where it is, for
-    ``remote/config.py`` to check. A file that cannot be read was reported by ``load_file``."""
+    ``remote/config.py`` to check."""
     path = path or config_path()
-    try:
-        data = parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
-    except (FileError, tomllib.TOMLDecodeError):
-        return None, str(path)
-    table = data.get("engine")
-    return (table if table is not None else None), f"{path} [engine]"
+    return _readable(path).get("engine"), f"{path} [engine]"
 
 
 @dataclass(frozen=True)
@@ -146,13 +150,9 @@ class ModelChoice:
 
 def model_table(path: Path | None = None) -> ModelChoice:
     """``[model]`` from the settings file; a value of the wrong kind is a one-line
-    ``ValueError``. A file that cannot be read was reported by ``load_file``."""
+    ``ValueError``."""
     path = path or config_path()
-    try:
-        data = parse_toml(read_text(path, MAX_SMALL_FILE_BYTES))
-    except (FileError, tomllib.TOMLDecodeError):
-        return ModelChoice()
-    table = data.get("model", {})
+    table = _readable(path).get("model", {})
     if not isinstance(table, dict) or set(table) - {"name", "folders"}:
         raise ValueError(f"{path}: [model] takes name and folders only")
     name, folders = table.get("name"), table.get("folders", [])
