@@ -1,11 +1,13 @@
 """One completion, text to text: decide the mode, build the prompt, decode with the stop rules,
-shape the result. The CLI and the LSP server both call ``complete``."""
+shape the result. The CLI and the LSP server both call ``complete``; ``complete_raw`` continues
+a prompt a client built itself (the HTTP front's ``/completion`` and ``/v1/completions``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from .client_stops import ClientStops, EarliestCut
 from .engine import GenerationParams, GenerationStats, StopSignal
 from .engine.corpus import TokenCorpus
 from .prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
@@ -35,6 +37,7 @@ class CompletionResult:
     prompt_tokens: int = 0
     anchor: Anchor | None = None  # pass it to the next request for the same document
     tokens: list[int] = field(default_factory=list)  # the generated token ids, before shaping
+    truncated: bool = False  # the prompt lost its start to fit the model's context
 
 
 @dataclass
@@ -137,10 +140,12 @@ def complete(
     on_text: Callable[[str], None] | None = None,
     anchor: Anchor | None = None,
     corpora: tuple[TokenCorpus, ...] = (),
+    client_stops: ClientStops | None = None,
 ) -> CompletionResult:
     """Complete at ``cursor``; ``on_text`` receives the text so far after each target pass.
     ``corpora``: token corpora the engine may draft from (the workspace's, the accepted
-    completions'; ``engine/corpus.py``).
+    completions'; ``engine/corpus.py``). ``client_stops``: the client's own stop conditions,
+    judged with codespec's rules (the earlier cut wins).
 
     With the ``anchor`` of an earlier request on the same document, text typed at that cursor
     since then extends the cached prompt instead of rebuilding it (see ``prompt.Anchor``).
@@ -152,9 +157,10 @@ def complete(
     if mode is Mode.NONE:
         return CompletionResult("", mode, None, anchor=anchor)
     prompt, anchor = prompt_at(pair, cursor, options, path, extra_files, anchor)
-    rule = None
-    if options.stop_rules:
-        rule = TextStopRule(pair.tokenizer, StopChecker(cursor, mode, options.max_lines))
+    checkers: list = [StopChecker(cursor, mode, options.max_lines)] if options.stop_rules else []
+    if client_stops:
+        checkers.append(client_stops)
+    rule = TextStopRule(pair.tokenizer, EarliestCut(checkers)) if checkers else None
     params = GenerationParams(
         max_tokens=options.line_max_tokens if mode is Mode.LINE else options.max_tokens,
         temperature=options.temperature,
@@ -186,6 +192,60 @@ def complete(
     return CompletionResult(
         text, mode, generation.stats, len(prompt), anchor, list(generation.tokens)
     )
+
+
+def complete_raw(
+    pair: LoadedPair,
+    text: str,
+    options: CompletionOptions,
+    stop: StopSignal | None = None,
+    on_text: Callable[[str], None] | None = None,
+    client_stops: ClientStops | None = None,
+) -> CompletionResult:
+    """Continue ``text`` as it is: a prompt the client built, special tokens included (a FIM
+    prompt of its own, a next-edit prompt). No mode and no syntax rules (where the cursor is,
+    codespec cannot know); the model's end tokens, ``max_tokens`` and ``client_stops`` end it.
+    Speculation drafts from the prompt itself (n-gram lookup) and the draft model as always.
+    A prompt past the model's context keeps its end (``CompletionResult.truncated``)."""
+    tokenizer = pair.tokenizer
+    prompt, truncated = raw_prompt(pair, text, options.max_tokens)
+    rule = TextStopRule(tokenizer, client_stops) if client_stops else None
+    params = GenerationParams(
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        seed=options.seed,
+        speculate=options.speculate,
+        context="raw",
+    )
+    generation = pair.engine.generate(prompt, params, stop=stop, stop_rule=rule)
+
+    def text_so_far() -> str:
+        if rule is None:
+            return tokenizer.decode(generation.tokens)
+        stopped_here = generation.stats.stop_reason == "stop_rule"
+        return rule.finish(generation.tokens, stopped_here=stopped_here)
+
+    for _ in generation:
+        if on_text is not None:
+            partial = text_so_far()
+            if partial and not partial.endswith("\ufffd"):
+                on_text(partial)
+    out = text_so_far()
+    result = CompletionResult(out, Mode.BLOCK, generation.stats, len(prompt))
+    result.tokens = list(generation.tokens)
+    result.truncated = truncated
+    return result
+
+
+def raw_prompt(pair: LoadedPair, text: str, max_tokens: int) -> tuple[list[int], bool]:
+    """``text``'s ids, special tokens read as such, and whether its start was dropped to leave
+    room in the model's context for ``max_tokens`` more."""
+    prompt = pair.tokenizer.encode(text, add_special_tokens=False)
+    context = getattr(pair, "context_tokens", None)
+    room = max(context - max_tokens - 1, 1) if context else len(prompt)
+    if len(prompt) <= room:
+        return prompt, False
+    return prompt[len(prompt) - room :], True
 
 
 def suffix_span(pair: LoadedPair, prompt: list[int]) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from .client_stops import Checker
 from .languages import GENERIC, Language, has_syntax_error, parse
 
 MAX_REMEMBERED_PARSES = 256  # rule 4's verdicts kept per completion (see StopChecker)
@@ -264,7 +265,7 @@ class TextStopRule:
     generation actually kept.
     """
 
-    def __init__(self, tokenizer: Any, checker: StopChecker) -> None:
+    def __init__(self, tokenizer: Any, checker: Checker) -> None:
         self.tokenizer = tokenizer
         self.checker = checker
         self._cut_texts: dict[tuple[int, ...], str] = {}  # kept tokens -> text cut at the stop

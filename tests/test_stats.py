@@ -666,8 +666,8 @@ def test_the_status_line_shows_acceptance_since_the_daemon_started(tmp_path):
 
 
 def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
-    """A store an older codespec wrote (schema 1) gains the remote-engine and context columns
-    on open, by the reader as by the daemon, and its rows count as local, in-file ones."""
+    """A store an older codespec wrote (schema 1) gains the remote-engine, context and client
+    columns on open, by the reader as by the daemon, and its rows count as local, in-file ones."""
     path = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -685,6 +685,7 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
             "context",
             "workspace_proposed",
             "workspace_accepted",
+            "client",
         )
     }
     conn.execute(
@@ -694,9 +695,9 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     conn.commit()
     conn.close()
     reader = open_readonly(path)
-    assert reader.execute("SELECT engine, server_proposed, context FROM requests").fetchall() == [
-        ("local", 0, "")
-    ]
+    assert reader.execute(
+        "SELECT engine, server_proposed, context, client FROM requests"
+    ).fetchall() == [("local", 0, "", "")]
     from codespec.stats.report import query
 
     report = query(reader, "all", None, "language")

@@ -25,6 +25,19 @@ def add_parser(sub: Subparsers) -> None:
         action="store_true",
         help="allow a non-loopback --host (the token is still required)",
     )
+    s.add_argument(
+        "--http",
+        default=None,
+        metavar="[HOST:]PORT",
+        help="also answer llama-server's /infill and OpenAI's /v1/completions over HTTP "
+        "(127.0.0.1 unless a host is given; see docs/http.md)",
+    )
+    s.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="the HTTP front's API key (a 0600 file); required off loopback",
+    )
     s.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
     s.add_argument("--config", default=None, help="settings TOML (default: user config dir)")
     s.add_argument("--max-tokens", type=int, default=None)
@@ -81,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--host must be an IP address, got {args.host!r}") from None
         if not loopback and not args.allow_remote:
             raise UsageError(f"refusing to listen on {args.host}: pass --allow-remote to do so")
+    http_address = http_listen_address(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message, code included
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine
@@ -156,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         token = read_or_create_token() if args.tcp is not None else None
     except TokenError as exc:
         raise UsageError(f"not serving TCP: {exc}") from None
+    http = http_front(args, http_address) if http_address is not None else None
     try:
         asyncio.run(
             run_daemon(
@@ -166,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 token,
                 status=not args.no_status,
                 lock=lock,
+                http=http,
             )
         )
     except DaemonRunning as exc:
@@ -177,6 +193,44 @@ def run(args: argparse.Namespace) -> int:
         where = f"{args.host}:{args.tcp}" if args.tcp is not None else str(socket_path)
         raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     return 0
+
+
+def http_listen_address(args: argparse.Namespace):
+    """Where ``--http`` listens (None: it was not asked for); off loopback only with a key."""
+    if args.http is None:
+        if args.api_key_file is not None:
+            raise UsageError("--api-key-file is the HTTP front's key: it needs --http")
+        return None
+    from ..server.http.listen import AddressError, parse_address
+
+    try:
+        address = parse_address(args.http)
+    except AddressError as exc:
+        raise UsageError(str(exc)) from None
+    if not address.loopback and args.api_key_file is None:
+        raise UsageError(f"refusing to serve HTTP on {address.host} without --api-key-file")
+    return address
+
+
+def http_front(args: argparse.Namespace, address):
+    """(the bound socket, who may use it) for ``run_daemon``: bound now, so that a port in
+    use is one line before the model loads."""
+    from ..remote.config import EngineConfigError, read_token
+    from ..server.http.app import LOOPBACK_NAMES, Admission
+    from ..server.http.listen import bind
+
+    key = None
+    if args.api_key_file is not None:
+        try:
+            key = read_token(args.api_key_file, what="--api-key-file")
+        except EngineConfigError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        sock = bind(address)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+    hosts = frozenset(LOOPBACK_NAMES) if address.loopback else None
+    return sock, Admission(hosts, key)
 
 
 def remote_engine(args: argparse.Namespace):

@@ -10,10 +10,12 @@ from .common import Subparsers, UsageError
 
 
 def add_stats_parser(sub: Subparsers) -> None:
+    from ..stats.report import GROUPINGS
+
     st = sub.add_parser("stats", help="acceptance and speculation figures per language")
     st.add_argument("--since", default="all", help="a span like 7d, 12h, 30m (default: all)")
     st.add_argument("--language", default=None, help="only this languageId")
-    st.add_argument("--by", choices=["language", "kind", "day", "context"], default="language")
+    st.add_argument("--by", choices=list(GROUPINGS), default="language")
     st.add_argument("--json", action="store_true", help="every figure as JSON")
     st.add_argument("--html", default=None, metavar="FILE", help="write a self-contained page")
     st.add_argument("--db", default=None, metavar="FILE", help="the store (default: state dir)")

@@ -84,26 +84,27 @@ def plain_http_warnings(config: RemoteConfig) -> list[str]:
     ]
 
 
-def read_token(path: str) -> str:
-    """The token in a file only its owner can read (mode 0600 or stricter)."""
+def read_token(path: str, what: str = "token_file") -> str:
+    """The token in a file only its owner can read (mode 0600 or stricter); ``what`` names the
+    setting or flag in messages."""
     name = os.path.expanduser(path)
     try:
         info = os.stat(name)
     except OSError as exc:
-        raise EngineConfigError(f"token_file {name}: {exc.strerror or exc}") from None
+        raise EngineConfigError(f"{what} {name}: {exc.strerror or exc}") from None
     if stat.S_ISREG(info.st_mode) and info.st_uid != os.getuid():
-        raise EngineConfigError(f"token_file {name} belongs to another user; use a file of yours")
+        raise EngineConfigError(f"{what} {name} belongs to another user; use a file of yours")
     if stat.S_ISREG(info.st_mode) and info.st_mode & 0o077:
         raise EngineConfigError(
-            f"token_file {name} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"{what} {name} is readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
             f"chmod 600 it"
         )
     try:
         token = read_text(name, 64 << 10).strip()
     except FileError as exc:
-        raise EngineConfigError(f"token_file: {exc}") from None
+        raise EngineConfigError(f"{what}: {exc}") from None
     if not token or any(c.isspace() or not c.isprintable() for c in token):
-        raise EngineConfigError(f"token_file {name}: the token must be one line of printable text")
+        raise EngineConfigError(f"{what} {name}: the token must be one line of printable text")
     return token
 
 

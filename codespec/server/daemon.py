@@ -15,6 +15,7 @@ import hmac
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -41,6 +42,8 @@ from .worker import ModelUnavailable, Worker
 
 if TYPE_CHECKING:
     from ..runtime import LoadedPair  # (the model's stack loads with the model, not before)
+    from .http.app import Admission
+    from .http.listen import HttpFront
 
 log = logging.getLogger("codespec.daemon")
 AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
@@ -142,6 +145,10 @@ class Daemon:
             return None
         tokenizer = pair.tokenizer
         return lambda text: tokenizer.encode(text, add_special_tokens=False)
+
+    def loaded_pair(self) -> LoadedPair | None:
+        """The model pair once it has loaded (None while it loads, or if it failed)."""
+        return self.slot.pair if self.slot.ready.is_set() else None
 
     def prefill_rate(self) -> float | None:
         """The loaded engine's prefill rate (prompt windows are sized by it); None until then."""
@@ -285,10 +292,12 @@ async def run_daemon(
     status: bool = True,
     ready_file: Path | None = None,
     lock: int | None = None,
+    http: tuple[socket.socket, Admission] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
     socket: exactly one may, or stopping one would unlink the socket of the other. ``lock``:
-    the socket's lock when the caller claimed it already (``endpoint.claim_socket``)."""
+    the socket's lock when the caller claimed it already (``endpoint.claim_socket``).
+    ``http``: (a bound socket, its ``http.app.Admission``) for the HTTP front."""
     if lock is None:
         socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_socket_path(socket_path)
@@ -300,10 +309,12 @@ async def run_daemon(
         socket_path.with_name(socket_path.name + ".lock").unlink(missing_ok=True)
         os.close(lock)
         raise
+    front = start_http_front(daemon, *http) if http is not None else None
     daemon.load_in_background()
     print(
         f"codespec: listening on {socket_path}"
-        + (f" and {tcp_host}:{tcp_port}" if tcp_port is not None else ""),
+        + (f" and {tcp_host}:{tcp_port}" if tcp_port is not None else "")
+        + (f" and {http_address(http[0])} (llama-server and OpenAI endpoints)" if http else ""),
         file=sys.stderr,
         flush=True,
     )
@@ -319,6 +330,8 @@ async def run_daemon(
         ticker.cancel()
     for server in servers:
         server.close()
+    if front is not None:
+        await front.stop()
     daemon.worker.stop()
     for ls in list(daemon.sessions.values()):
         ls.session.ledger.end()  # suggestions still showing were left: recorded before closing
@@ -328,6 +341,29 @@ async def run_daemon(
         socket_path.unlink()
     os.close(lock)
     print("\ncodespec: stopped", file=sys.stderr)
+
+
+def start_http_front(daemon: Daemon, sock: socket.socket, admission: Admission) -> HttpFront:
+    """The HTTP front (``server/http``) on ``sock``, serving from the daemon's worker."""
+    from .http.app import build_app
+    from .http.front import Front
+    from .http.listen import HttpFront
+
+    front = Front(
+        daemon.worker,
+        daemon.settings,
+        daemon.slot.ready,
+        daemon.loaded_pair,
+        daemon.engine_is_remote,
+    )
+    http = HttpFront(build_app(front, admission), sock)
+    http.start()
+    return http
+
+
+def http_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 async def _status_ticker(daemon: Daemon) -> None:

@@ -15,6 +15,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ..stats import report
+from ..stats.record import client_label
 from ..stats.verdicts import COMMANDS
 from .config import merge
 from .counters import worker_stats
@@ -37,6 +38,8 @@ def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
     state = ls.session
     state.lifecycle.initialized = True  # pygls accepted it: now it counts
     state.client_pid = params.process_id
+    if params.client_info is not None:
+        state.client_name = client_label(params.client_info.name)
     experimental = params.capabilities.experimental
     if isinstance(experimental, dict) and experimental.get("codespecVerdicts") is True:
         state.ledger.client_reports_shown = True  # it sends codespec.didShow

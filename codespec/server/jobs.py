@@ -174,6 +174,7 @@ def place_at(
         current_edits=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
         anchors=state.anchors,
         language=doc.language_id or cursor.language.name,
+        client=state.client_name,
     )
 
 

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
+from ..client_stops import ClientStops
 from ..completion import CompletionOptions
 from ..engine import StopSignal
 from ..stats.record import Timing, new_id
@@ -51,6 +52,11 @@ class Place:
     language: str = ""  # the document's languageId, for the stats
     context: tuple[str, ...] = ()  # the context sources its prompt holds, for the stats
     corpora: tuple = ()  # token corpora the engine may draft from (``engine/corpus.py``)
+    # a prompt the client built itself, continued as it is (``completion.complete_raw``);
+    # None: a completion at ``cursor``
+    raw_prompt: str | None = None
+    client_stops: ClientStops | None = None  # the client's own stop conditions
+    client: str = ""  # which client asked (an HTTP client's name), for the stats
     # when the work gives the engine up (``engine/stop.py``; set through ``stop``)
     signal: StopSignal = field(default_factory=StopSignal)
     # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's

@@ -24,6 +24,7 @@ class SessionState:
     exited: bool = False
     settings: Settings = field(default_factory=Settings)
     client_pid: int | None = None
+    client_name: str = ""  # the editor's clientInfo name, for the stats
     documents: dict[str, Document] = field(default_factory=dict)  # uri -> what the client opened
     anchors: dict = field(default_factory=dict)  # uri -> prompt.Anchor (used by the worker)
     shown: dict = field(default_factory=dict)  # uri -> (prefix, suffix, text, id) last answered

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..completion import CompletionResult, complete, prompt_at
+from ..completion import CompletionResult, complete, complete_raw, prompt_at, raw_prompt
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
 from ..stats.record import Outcome, request_row
@@ -131,6 +131,8 @@ class Worker:
         mode = result.mode if result is not None else job.options.mode
         kinds = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}
         kind = kinds[mode] if mode is not None else "none"
+        if job.raw_prompt is not None:
+            kind = "raw"
         try:
             self.record(
                 request_row(
@@ -143,6 +145,7 @@ class Worker:
                     result.text if result is not None else "",
                     result.stats if result is not None else None,
                     context=job.context,
+                    client=job.client,
                 )
             )
         except Exception as exc:
@@ -241,17 +244,29 @@ class Worker:
             pair = self._pair()
             engine = pair.engine
             job.signal.probe = engine.passes_run  # (cancel checks count the passes)
-            result: CompletionResult = complete(
-                pair,
-                job.cursor,
-                job.options,
-                path=job.path,
-                extra_files=job.extra_files,
-                stop=job.signal,
-                on_text=self._on_text(job),
-                anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
-                corpora=job.corpora,
-            )
+            result: CompletionResult
+            if job.raw_prompt is not None:
+                result = complete_raw(
+                    pair,
+                    job.raw_prompt,
+                    job.options,
+                    stop=job.signal,
+                    on_text=self._on_text(job),
+                    client_stops=job.client_stops,
+                )
+            else:
+                result = complete(
+                    pair,
+                    job.cursor,
+                    job.options,
+                    path=job.path,
+                    extra_files=job.extra_files,
+                    stop=job.signal,
+                    on_text=self._on_text(job),
+                    anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
+                    corpora=job.corpora,
+                    client_stops=job.client_stops,
+                )
             if job.anchors is not None and result.anchor is not None:
                 job.anchors[job.uri] = result.anchor
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
@@ -313,6 +328,11 @@ class Worker:
         warming = pair.engine.warming
         if warming is None:
             return  # a remote engine: its server keeps its own prompt cache
+        if job.raw_prompt is not None:  # a client's own prompt: computed, nothing ahead
+            prompt, _ = raw_prompt(pair, job.raw_prompt, job.options.max_tokens)
+            self.stats.warm_tokens += warming.warm(prompt, job.signal)
+            self.stats.warmed += 1
+            return
         # the prompt a request here would use: typing at an anchored cursor extends its prompt
         anchored = job.anchors.get(job.uri) if job.anchors is not None else None
         prompt, anchor = prompt_at(

@@ -69,10 +69,13 @@ REQUEST_COLUMNS: dict[str, str] = {
     # added in schema 4: the workspace drafter's tokens (``engine/corpus.py``)
     "workspace_proposed": "INTEGER NOT NULL DEFAULT 0",
     "workspace_accepted": "INTEGER NOT NULL DEFAULT 0",
+    # added in schema 5: which client asked (an LSP client's name, an HTTP client's)
+    "client": "TEXT NOT NULL DEFAULT ''",
 }
 ADDED_IN_2 = ("engine", "server_proposed", "server_accepted")
 ADDED_IN_3 = ("context",)
 ADDED_IN_4 = ("workspace_proposed", "workspace_accepted")
+ADDED_IN_5 = ("client",)
 VERDICT_COLUMNS = ("shown", "verdict", "accepted_chars", "verdict_source")
 MAX_LABEL = 64  # a languageId is a label, not a place to store text
 
@@ -102,6 +105,16 @@ def _default(kind: str) -> object:
     if "DEFAULT 0" in kind:
         return 0.0 if kind.startswith("REAL") else 0
     return None
+
+
+def client_label(name: object) -> str:
+    """A client's name as the stats keep it: letters, digits, spaces and ``._-/`` only (it
+    comes from the client: an LSP clientInfo, an HTTP User-Agent), at most ``MAX_LABEL``."""
+    if not isinstance(name, str):
+        return ""
+    allowed = (c for c in name[: 4 * MAX_LABEL] if c.isascii() and (c.isalnum() or c in " ._-/"))
+    kept = "".join(allowed)
+    return " ".join(kept.split())[:MAX_LABEL]
 
 
 def new_id() -> str:
@@ -147,6 +160,7 @@ def request_row(
     stats: RequestStats | None = None,
     wall_time: float | None = None,
     context: tuple[str, ...] = (),
+    client: str = "",
 ) -> dict:
     """The store's row for one request; ``stats`` is the engine's ``GenerationStats`` when the
     model ran."""
@@ -159,6 +173,7 @@ def request_row(
         "trigger": trigger,
         "outcome": outcome,
         "context": ",".join(context),
+        "client": client_label(client),
         "chars": len(text),
         "lines": text.count("\n") + 1 if text else 0,
         "queue_ms": timing.ms(timing.arrived, timing.started),

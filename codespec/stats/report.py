@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from .record import REQUEST_COLUMNS, Outcome, number, read
 from .summary import percentiles, proposer, ratio, summaries
 
-GROUPINGS = ("language", "kind", "day", "context")
+GROUPINGS = ("language", "kind", "day", "context", "client")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -93,6 +93,8 @@ def group_key(row: dict, by: str) -> str:
     if by == "context":  # acceptance per language and the context sources its prompts held
         sources = (row.get("context") or "").replace(",", "+")
         return f"{row['language']} {sources or 'in-file'}"
+    if by == "client":
+        return row.get("client") or "unknown"
     return row["language"]
 
 

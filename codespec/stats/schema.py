@@ -9,9 +9,9 @@ from pathlib import Path
 
 import platformdirs
 
-from .record import ADDED_IN_2, ADDED_IN_3, ADDED_IN_4, REQUEST_COLUMNS
+from .record import ADDED_IN_2, ADDED_IN_3, ADDED_IN_4, ADDED_IN_5, REQUEST_COLUMNS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 5.0  # one attempt waits this long for another process's lock
 
 # version -> statements that bring a store from the previous version to it
@@ -21,7 +21,7 @@ MIGRATIONS: dict[int, list[str]] = {
         + ", ".join(
             f"{name} {kind}"
             for name, kind in REQUEST_COLUMNS.items()
-            if name not in ADDED_IN_2 + ADDED_IN_3 + ADDED_IN_4
+            if name not in ADDED_IN_2 + ADDED_IN_3 + ADDED_IN_4 + ADDED_IN_5
         )
         + ")",
         "CREATE INDEX requests_t ON requests (t)",
@@ -30,6 +30,7 @@ MIGRATIONS: dict[int, list[str]] = {
     2: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_2],
     3: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_3],
     4: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_4],
+    5: [f"ALTER TABLE requests ADD COLUMN {name} {REQUEST_COLUMNS[name]}" for name in ADDED_IN_5],
 }
 
 

@@ -27,6 +27,7 @@ GROUP_SQL = {
     "day": "strftime('%Y-%m-%d', t, 'unixepoch', 'localtime')",
     "context": "language || ' ' || CASE WHEN context = '' THEN 'in-file' "
     "ELSE replace(context, ',', '+') END",
+    "client": "CASE WHEN client = '' THEN 'unknown' ELSE client END",
 }
 RAN = (Outcome.SERVED, Outcome.EMPTY)  # outcomes whose request ran the model
 SUMMED = (  # columns summed per combination

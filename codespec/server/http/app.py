@@ -1,0 +1,194 @@
+"""The Starlette application of ``codespec serve --http``: who is let in, the routes, and
+streaming with a client's disconnect stopping its job.
+
+Admission, before a body is read:
+
+* the ``Host`` header must name the address listened on (a loopback name when on loopback):
+  a web page that re-binds a DNS name to 127.0.0.1 is refused;
+* a browser's cross-site request (an ``Origin`` that is not this server's) is refused, and a
+  POST must say ``Content-Type: application/json`` (which a page cannot send without asking);
+* with an API key, ``Authorization: Bearer KEY`` is compared in constant time;
+* a body past ``MAX_BODY_BYTES`` is refused while it is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive
+
+from ...files import parse_json
+from ..worker import ModelUnavailable
+from . import wire
+from .front import Front, client_name
+from .stream import EventStream, disconnected, request_id
+from .wire import Ask, BadRequest
+
+log = logging.getLogger("codespec.http")
+MAX_BODY_BYTES = 16 << 20  # a request's body; llama.vim's largest (256 prefix lines, 64
+# suffix lines, 16 ring chunks of 64 lines) is far smaller
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Who may use the front: the host names it answers to (None: any) and its API key."""
+
+    hosts: frozenset[str] | None
+    api_key: str | None = None
+
+    def refusal(self, request: Request) -> Response | None:
+        host = request.headers.get("host", "").lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.hosts is not None and name not in self.hosts:
+            return error("this server answers to its own address only (Host refused)", 403)
+        origin = request.headers.get("origin")
+        if origin is not None and origin.split("://", 1)[-1].lower() != host:
+            return error("cross-origin requests are refused", 403)
+        if self.api_key is not None and not self.key_matches(request):
+            return error("a valid API key is required (Authorization: Bearer KEY)", 401)
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if kind != "application/json":
+                return error("send the body as Content-Type: application/json", 415)
+        return None
+
+    def key_matches(self, request: Request) -> bool:
+        assert self.api_key is not None
+        offered = request.headers.get("authorization", "")
+        scheme, _, key = offered.partition(" ")
+        if scheme.lower() != "bearer":
+            key = request.headers.get("x-api-key", "")
+        return hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+
+def error(message: str, status: int) -> JSONResponse:
+    return JSONResponse(wire.error_body(message, status), status_code=status)
+
+
+def build_app(front: Front, admission: Admission) -> Starlette:
+    """The application: llama-server's endpoints, OpenAI's, and the start-up checks."""
+
+    def admitted(handler: Callable) -> Callable:
+        async def endpoint(request: Request) -> Response:
+            refused = admission.refusal(request)
+            if refused is not None:
+                return refused
+            try:
+                return await handler(request)
+            except BadRequest as exc:
+                return error(str(exc), exc.status)
+            except ModelUnavailable as exc:
+                return error(str(exc), 503)
+
+        return endpoint
+
+    async def health(request: Request) -> Response:
+        if not front.model_ready.is_set():
+            return error("Loading model", 503)
+        if front.loaded() is None:
+            return error("the model failed to load", 503)
+        return JSONResponse({"status": "ok"})
+
+    async def props(request: Request) -> Response:
+        pair = front.loaded()
+        context = pair.context_tokens if pair is not None else 0
+        return JSONResponse(
+            {
+                "default_generation_settings": {"n_ctx": context, "params": {}},
+                "total_slots": 1,
+                "model_path": front.model_label(),
+                "n_ctx": context,
+                "build_info": "codespec",
+            }
+        )
+
+    async def models(request: Request) -> Response:
+        label = front.model_label()
+        entry = {"id": label, "object": "model", "created": 0, "owned_by": "codespec"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    def completion_endpoint(read: Callable[[Any], Ask]) -> Callable:
+        async def handle(request: Request) -> Response:
+            ask = front.resolve(read(await json_body(request)))
+            client = client_name(request.headers.get("user-agent"), ask.endpoint)
+            if ask.prepare_only:
+                front.prepare(ask, client)
+                return JSONResponse(wire.llama_answer(wire.Answer(""), ask.response_fields))
+            if ask.stream:
+                return EventStream(front, ask, client)
+            return await answer_whole(front, ask, client, request.receive)
+
+        return handle
+
+    routes = [
+        Route("/health", admitted(health)),
+        Route("/v1/health", admitted(health)),
+        Route("/props", admitted(props)),
+        Route("/models", admitted(models)),
+        Route("/v1/models", admitted(models)),
+        Route("/infill", admitted(completion_endpoint(wire.read_infill)), methods=["POST"]),
+        Route("/completion", admitted(completion_endpoint(wire.read_completion)), methods=["POST"]),
+        Route(
+            "/completions", admitted(completion_endpoint(wire.read_completion)), methods=["POST"]
+        ),
+        Route("/v1/completions", admitted(completion_endpoint(wire.read_openai)), methods=["POST"]),
+    ]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return error("no such endpoint" if status == 404 else str(exc), status)
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+async def json_body(request: Request) -> Any:
+    """The body as JSON, refused past ``MAX_BODY_BYTES`` before more of it is read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", status=413)
+    body, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", status=413)
+        body.append(chunk)
+    try:
+        return parse_json(b"".join(body))
+    except ValueError:
+        raise BadRequest("the body is not valid JSON") from None
+
+
+async def answer_whole(front: Front, ask: Ask, client: str, receive: Receive) -> Response:
+    """A request answered in one reply; the client closing the connection stops its job."""
+    job = front.submit(ask, client, on_text=None)
+    result = asyncio.wrap_future(job.future)
+    gone = asyncio.ensure_future(disconnected(receive))
+    try:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not result.done():  # the client left: the decode loop stops at its next pass
+        job.signal.cancel(keep_chunk=True)
+        result.cancel()
+        return Response(status_code=499)
+    try:
+        answer = front.answer(job, result.result())
+    except ModelUnavailable:
+        raise
+    except Exception:
+        log.exception("an HTTP completion failed")
+        return error("the completion failed (details in the daemon log)", 500)
+    if ask.endpoint == "v1/completions":
+        return JSONResponse(wire.openai_answer(answer, request_id()))
+    return JSONResponse(wire.llama_answer(answer, ask.response_fields))

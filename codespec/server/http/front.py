@@ -1,0 +1,178 @@
+"""From an HTTP client's ``Ask`` to a job on the daemon's worker, and from its result to an
+``Answer``: the same worker, scheduler, stop rules and stats as the LSP sessions.
+
+Each client (its name, from the User-Agent) is a session of the scheduler, and each endpoint a
+document: a client's newer request supersedes its older one still running there, as
+llama-server's clients expect while the user types. A client's prompt anchors are kept, so
+typing at a place extends the cached prompt as it does for an editor session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ...client_stops import ClientStops
+from ...languages import GENERIC, language_for
+from ...settings import completion_options
+from ...stats.record import client_label
+from ...stops import Cursor, decide_mode
+from ...workspace.redaction import redact
+from ..config import Settings
+from ..jobs import apply_multiline_policy
+from ..places import Job, Place, WarmJob
+from ..worker import Worker
+from .wire import Answer, Ask, fim_parts
+
+if TYPE_CHECKING:
+    from ...completion import CompletionResult
+    from ...runtime import LoadedPair
+
+MAX_CLIENTS = 64  # client sessions kept; past this the oldest is forgotten
+_session_ids = itertools.count(1 << 30)  # apart from the LSP sessions' ids
+
+
+@dataclass
+class ClientSession:
+    """What the front keeps per HTTP client: its scheduler session and prompt anchors."""
+
+    id: int = field(default_factory=lambda: next(_session_ids))
+    anchors: dict = field(default_factory=dict)
+
+
+def client_name(user_agent: str | None, endpoint: str) -> str:
+    """The stats' name for a client: its User-Agent's first product (``curl`` for llama.vim,
+    ``axios`` for llama.vscode, ``Zed``...) and the endpoint it used."""
+    product = (user_agent or "").split(" ", 1)[0].split("/", 1)[0]
+    return client_label(f"{product} {endpoint}" if product else endpoint)
+
+
+class Front:
+    """Builds and reads the jobs of HTTP requests."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        settings: Settings,
+        model_ready: threading.Event,
+        loaded: Callable[[], LoadedPair | None],
+        engine_is_remote: Callable[[], bool],
+    ) -> None:
+        self.worker = worker
+        self.settings = settings
+        self.model_ready = model_ready
+        self.loaded = loaded  # the model pair once loaded (None until then, or if it failed)
+        self.engine_is_remote = engine_is_remote
+        self.clients: dict[str, ClientSession] = {}
+
+    def session(self, client: str) -> ClientSession:
+        session = self.clients.pop(client, None) or ClientSession()
+        self.clients[client] = session  # (newest last)
+        while len(self.clients) > MAX_CLIENTS:
+            oldest = next(iter(self.clients))
+            self.worker.drop_session(self.clients.pop(oldest).id)
+        return session
+
+    def resolve(self, ask: Ask) -> Ask:
+        """A bare FIM prompt in the loaded model's own markers becomes the cursor it describes
+        (codespec's prompt, stop rules and prompt reuse then apply); anything else as it is."""
+        pair = self.loaded()
+        if ask.prompt is None or pair is None:
+            return ask
+        marks = pair.manifest.tokens
+        parts = fim_parts(ask.prompt, marks.fim_prefix, marks.fim_suffix, marks.fim_middle)
+        if parts is None:
+            return ask
+        return replace(ask, prompt=None, prefix=parts[0], suffix=parts[1])
+
+    def place(self, ask: Ask, client: str) -> Place:
+        """Where the request asks: a cursor between its prefix and suffix, or its own prompt."""
+        settings = self.settings
+        session = self.session(client)
+        options = completion_options(settings, invoked=False, temperature=ask.temperature)
+        options = replace(options, seed=ask.seed)
+        if ask.max_tokens is not None:
+            options = replace(
+                options,
+                max_tokens=ask.max_tokens,
+                line_max_tokens=min(options.line_max_tokens, ask.max_tokens),
+            )
+        stops = ClientStops(ask.stop_words, ask.min_indent, ask.predict_s)
+        language = language_for(ask.language, ask.path) if ask.prompt is None else GENERIC
+        cursor = Cursor(ask.prefix, ask.suffix, language)
+        extra = ask.extra_files
+        if extra and self.engine_is_remote():  # as the LSP path: docs/remote.md
+            extra = () if not settings.remote_workspace_context else extra
+            extra = tuple((name, redact(text)) for name, text in extra)
+        if ask.prompt is None:
+            syntax = decide_mode(cursor, False, settings.complete_mid_word)
+            options.mode = apply_multiline_policy(syntax, settings.multiline)
+        return Place(
+            session=session.id,
+            uri=f"http:{ask.endpoint}",
+            edits=0,
+            cursor=cursor,
+            options=options,
+            path=ask.path or "",
+            extra_files=extra,
+            anchors=session.anchors,
+            language=ask.language or ("raw" if ask.prompt is not None else language.name),
+            context=("client",) if extra else (),
+            raw_prompt=ask.prompt,
+            client_stops=stops if stops else None,
+            client=client,
+        )
+
+    def submit(self, ask: Ask, client: str, on_text: Callable[[str], None] | None) -> Job:
+        """The request as a job on the worker (its future answers it)."""
+        job = Job.at(self.place(ask, client), on_text=on_text)
+        self.worker.submit(job)
+        return job
+
+    def prepare(self, ask: Ask, client: str) -> None:
+        """``n_predict: 0``: compute the prompt ahead (a warm-up), as llama.vim asks while the
+        user is idle so that its next request finds ``input_extra`` cached."""
+        self.worker.warm(WarmJob.at(self.place(ask, client)))
+
+    def model_label(self) -> str:
+        pair = self.loaded()
+        return pair.model_label if pair is not None else "codespec"
+
+    def answer(self, job: Job, result: CompletionResult | None) -> Answer:
+        """What the client is told of a finished job."""
+        label = self.model_label()
+        if result is None or result.stats is None:
+            return Answer("", stop_type="eos" if result is not None else "limit", model=label)
+        stats = result.stats
+        stop_type, word = "eos", ""
+        if stats.stop_reason in ("max_tokens", "cancelled", "yielded"):
+            stop_type = "limit"
+        elif stats.stop_reason == "stop_rule" and job.client_stops is not None:
+            stop_type, word = job.client_stops.reason(result.text) or ("eos", "")
+        return Answer(
+            result.text,
+            stop_type=stop_type,
+            stopping_word=word,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=stats.cached_tokens,
+            predicted_tokens=len(result.tokens),
+            prompt_ms=1000 * stats.prefill_s,
+            predicted_ms=1000 * max(stats.total_s - stats.prefill_s, 0.0),
+            truncated=result.truncated,
+            tokens_per_pass=stats.tokens_per_pass,
+            model=label,
+        )
+
+
+def streamable(text: str, ask: Ask, stops: ClientStops | None) -> str:
+    """The part of a growing completion a stream may send now: not the end that may still
+    become a stop word, and at a cursor only complete lines (the line being written may still
+    be shaped: a closing bracket already after the cursor dropped, trailing space trimmed)."""
+    if stops is not None:
+        text = text[: len(text) - stops.held_back(text)]
+    if ask.prompt is None:
+        text = text[: text.rfind("\n") + 1]
+    return text

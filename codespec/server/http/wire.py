@@ -1,0 +1,401 @@
+"""What HTTP clients send and read: llama-server's ``/infill`` and ``/completion``, OpenAI's
+``/v1/completions``. Pure functions: a request body in, an ``Ask`` out (or ``BadRequest``, one
+line naming the field); an ``Answer`` in, the client's JSON out.
+
+The field names, defaults and response shapes follow llama.cpp's server (``tools/server``) and
+what llama.vim (``autoload/llama.vim``) and llama.vscode (``src/llama-server.ts``) send and read;
+docs/http.md lists what is honoured and what is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+MAX_PREDICT = 1024  # the most tokens one request may ask for (n_predict, max_tokens)
+MAX_EXTRA_CHUNKS = 64  # input_extra entries read; later ones are left out
+MAX_TEXT_CHARS = 4_000_000  # prefix, suffix or prompt: larger is refused (a document's limit)
+MAX_STOP_WORDS = 16
+MAX_STOP_WORD_CHARS = 256
+
+
+class BadRequest(ValueError):
+    """A request codespec will not run; the message is one line for the client."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one HTTP request asks, whichever endpoint it came through."""
+
+    endpoint: str  # "infill" | "completion" | "v1/completions"
+    prefix: str = ""  # a completion at a cursor: the text before it ...
+    suffix: str = ""  # ... and after it
+    prompt: str | None = None  # else a prompt the client built, continued as it is
+    extra_files: tuple[tuple[str, str], ...] = ()  # (name, text): other files' chunks
+    max_tokens: int | None = None  # None: codespec's own limits
+    stop_words: tuple[str, ...] = ()
+    min_indent: int = 0  # llama-server's n_indent
+    predict_s: float = 0.0  # llama-server's t_max_predict_ms, in seconds (0: none)
+    temperature: float = 0.0  # greedy unless the client names a temperature
+    seed: int | None = None
+    stream: bool = False
+    response_fields: tuple[str, ...] | None = None  # llama-server's projection of the answer
+    prepare_only: bool = False  # n_predict 0: compute the prompt ahead, answer nothing
+    language: str = ""  # codespec's own fields: the current file's languageId ...
+    path: str = ""  # ... and its name (llama's clients send neither)
+
+
+@dataclass
+class Answer:
+    """A finished request, as the HTTP front reports it."""
+
+    text: str
+    stop_type: str = "eos"  # llama-server's: eos | limit | word | none
+    stopping_word: str = ""
+    prompt_tokens: int = 0  # the prompt's tokens ...
+    cached_tokens: int = 0  # ... of which reused from the cache
+    predicted_tokens: int = 0
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    truncated: bool = False
+    tokens_per_pass: float = 0.0
+    model: str = "codespec"
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+# -- reading requests ---------------------------------------------------------------------------
+
+
+def read_infill(body: Any) -> Ask:
+    """llama-server's ``POST /infill``: ``input_prefix`` + ``prompt`` before the cursor,
+    ``input_suffix`` after it, ``input_extra`` chunks of other files."""
+    body = _object(body)
+    language, path = _codespec_fields(body)
+    return replace(
+        _llama_limits(body, "infill"),
+        prefix=_text(body, "input_prefix") + _text(body, "prompt"),
+        suffix=_text(body, "input_suffix"),
+        extra_files=_extra(body.get("input_extra")),
+        language=language,
+        path=path,
+    )
+
+
+def read_completion(body: Any) -> Ask:
+    """llama-server's ``POST /completion``: a prompt continued as it is."""
+    body = _object(body)
+    if "prompt" not in body:
+        raise BadRequest("prompt is required")
+    return replace(_llama_limits(body, "completion"), prompt=_prompt(body.get("prompt")))
+
+
+def read_openai(body: Any) -> Ask:
+    """OpenAI's ``POST /v1/completions``: ``prompt`` continued, or with ``suffix`` a completion
+    between the two (OpenAI's insert mode, codespec's FIM path)."""
+    body = _object(body)
+    if "prompt" not in body:
+        raise BadRequest("prompt is required")
+    prompt = _prompt(body.get("prompt"))
+    n = body.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise BadRequest("n must be 1 (codespec answers one completion per request)")
+    if body.get("echo") not in (None, False):
+        raise BadRequest("echo is not supported")
+    if body.get("best_of") not in (None, 1):
+        raise BadRequest("best_of must be 1")
+    max_tokens = _predict(body, "max_tokens")
+    ask = Ask(
+        endpoint="v1/completions",
+        prompt=prompt,
+        max_tokens=max_tokens or None,
+        prepare_only=max_tokens == 0,
+        stop_words=_stops(body.get("stop")),
+        temperature=_temperature(body),
+        seed=_seed(body),
+        stream=_flag(body, "stream"),
+    )
+    if body.get("suffix") is None:
+        return ask
+    language, path = _codespec_fields(body)
+    return replace(
+        ask, prompt=None, prefix=prompt, suffix=_text(body, "suffix"), language=language, path=path
+    )
+
+
+def _object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _text(body: dict, key: str) -> str:
+    value = body.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"{key} must be a string")
+    if len(value) > MAX_TEXT_CHARS:
+        raise BadRequest(f"{key} is longer than {MAX_TEXT_CHARS} characters", status=413)
+    return value
+
+
+def _prompt(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        value = value[0]  # OpenAI's one-prompt batch
+    if isinstance(value, list):
+        raise BadRequest("prompt must be one string (token ids and batches are not accepted)")
+    if not isinstance(value, str):
+        raise BadRequest("prompt must be a string")
+    if len(value) > MAX_TEXT_CHARS:
+        raise BadRequest(f"prompt is longer than {MAX_TEXT_CHARS} characters", status=413)
+    return value
+
+
+def _extra(value: Any) -> tuple[tuple[str, str], ...]:
+    """``input_extra``: ``[{"filename": ..., "text": ...}]``, as llama.vim's ring buffer and
+    llama.vscode's chunks send it."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise BadRequest("input_extra must be an array of {filename, text} objects")
+    chunks = []
+    for i, chunk in enumerate(value[:MAX_EXTRA_CHUNKS]):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text", ""), str):
+            raise BadRequest(f"input_extra[{i}] must be an object with a text string")
+        name = chunk.get("filename", "")
+        if not isinstance(name, str):
+            raise BadRequest(f"input_extra[{i}].filename must be a string")
+        text = chunk.get("text", "")
+        if len(text) > MAX_TEXT_CHARS:
+            raise BadRequest(f"input_extra[{i}].text is too long", status=413)
+        if text:
+            chunks.append((name[:512] or f"chunk{i}", text))
+    return tuple(chunks)
+
+
+def _llama_limits(body: dict, endpoint: str) -> Ask:
+    """The generation fields ``/infill`` and ``/completion`` share."""
+    n_predict = _predict(body, "n_predict")
+    return Ask(
+        endpoint=endpoint,
+        max_tokens=n_predict or None,
+        prepare_only=n_predict == 0,
+        stop_words=_stops(body.get("stop")),
+        min_indent=_whole(body, "n_indent", 0, 1000),
+        predict_s=_whole(body, "t_max_predict_ms", 0, 3_600_000) / 1000,
+        temperature=_temperature(body),
+        seed=_seed(body),
+        stream=_flag(body, "stream"),
+        response_fields=_fields(body.get("response_fields")),
+    )
+
+
+def _codespec_fields(body: dict) -> tuple[str, str]:
+    """codespec's own optional fields: the current file's ``language`` (an LSP languageId) and
+    ``filename``, which choose its syntax rules and name the file in the prompt."""
+    language, path = body.get("language", ""), body.get("filename", "")
+    if not isinstance(language, str) or not isinstance(path, str):
+        raise BadRequest("language and filename must be strings")
+    return language[:64], path[:512]
+
+
+def _predict(body: dict, key: str) -> int | None:
+    """A token limit: -1 or absent means codespec's own (None), 0 means none to generate."""
+    value = body.get(key)
+    if value is None or value == -1:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise BadRequest(f"{key} must be a whole number from -1 up")
+    return min(value, MAX_PREDICT)
+
+
+def _whole(body: dict, key: str, low: int, high: int) -> int:
+    value = body.get(key, low)
+    if value is None:
+        return low
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest(f"{key} must be a number")
+    return int(min(max(value, low), high))
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+        raise BadRequest("stop must be a string or an array of strings")
+    if len(value) > MAX_STOP_WORDS or any(len(w) > MAX_STOP_WORD_CHARS for w in value):
+        raise BadRequest(
+            f"stop holds at most {MAX_STOP_WORDS} strings of {MAX_STOP_WORD_CHARS} characters"
+        )
+    return tuple(w for w in value if w)
+
+
+def _temperature(body: dict) -> float:
+    value = body.get("temperature", 0.0)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest("temperature must be a number")
+    return float(min(max(value, 0.0), 2.0))
+
+
+def _seed(body: dict) -> int | None:
+    value = body.get("seed")
+    if value is None or value == -1:  # llama-server: -1 is a random seed
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest("seed must be a whole number")
+    return value % (1 << 32)
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"{key} must be true or false")
+    return value
+
+
+def _fields(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+        raise BadRequest("response_fields must be an array of strings")
+    return tuple(value[:64])
+
+
+def fim_parts(prompt: str, prefix_mark: str, suffix_mark: str, middle_mark: str):
+    """(prefix, suffix) when ``prompt`` is a bare fill-in-the-middle prompt in the model's own
+    markers, ``PRE{prefix}SUF{suffix}MID`` (what Zed sends for a Qwen model), else None: such a
+    prompt is completed at a cursor, with codespec's prompt and stop rules."""
+    if not (prefix_mark and suffix_mark and middle_mark):
+        return None
+    if not (prompt.startswith(prefix_mark) and prompt.endswith(middle_mark)):
+        return None
+    body = prompt[len(prefix_mark) : len(prompt) - len(middle_mark)]
+    before, found, after = body.partition(suffix_mark)
+    markers = (prefix_mark, suffix_mark, middle_mark)
+    if not found or any(m in before or m in after for m in markers):
+        return None
+    return before, after
+
+
+# -- writing answers ----------------------------------------------------------------------------
+
+
+def llama_answer(answer: Answer, fields: tuple[str, ...] | None = None) -> dict:
+    """llama-server's final object for ``/infill`` and ``/completion`` (streamed last, or the
+    whole reply), projected onto ``response_fields`` when the client named them: each field a
+    ``/``-separated path, the key in the reply the path itself (what llama.vim reads)."""
+    whole = {
+        "index": 0,
+        "content": answer.text,
+        "tokens": [],
+        "id_slot": 0,
+        "stop": True,
+        "model": answer.model,
+        "tokens_predicted": answer.predicted_tokens,
+        "tokens_evaluated": answer.prompt_tokens,
+        "has_new_line": "\n" in answer.text,
+        "truncated": answer.truncated,
+        "stop_type": answer.stop_type,
+        "stopping_word": answer.stopping_word,
+        "tokens_cached": answer.cached_tokens,
+        "timings": timings(answer),
+        "codespec": {"tokens_per_pass": round(answer.tokens_per_pass, 3)},
+    }
+    return whole if fields is None else project(whole, fields)
+
+
+def llama_chunk(text: str) -> dict:
+    """One streamed piece of ``/infill`` or ``/completion``."""
+    return {"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": 0}
+
+
+def timings(answer: Answer) -> dict:
+    def per(ms: float, n: int) -> tuple[float, float]:
+        return (ms / n if n else 0.0), (1000.0 * n / ms if ms > 0 else 0.0)
+
+    computed = max(answer.prompt_tokens - answer.cached_tokens, 0)
+    prompt_per_token, prompt_rate = per(answer.prompt_ms, computed)
+    predicted_per_token, predicted_rate = per(answer.predicted_ms, answer.predicted_tokens)
+    return {
+        "cache_n": answer.cached_tokens,
+        "prompt_n": computed,
+        "prompt_ms": answer.prompt_ms,
+        "prompt_per_token_ms": prompt_per_token,
+        "prompt_per_second": prompt_rate,
+        "predicted_n": answer.predicted_tokens,
+        "predicted_ms": answer.predicted_ms,
+        "predicted_per_token_ms": predicted_per_token,
+        "predicted_per_second": predicted_rate,
+    }
+
+
+def project(whole: dict, fields: tuple[str, ...]) -> dict:
+    """llama-server's ``response_fields``: the value at each path, keyed by the path."""
+    out = {}
+    for path in fields:
+        value: Any = whole
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
+def openai_answer(answer: Answer, request_id: str) -> dict:
+    """OpenAI's ``text_completion`` object."""
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [
+            {
+                "text": answer.text,
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": finish_reason(answer.stop_type),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": answer.prompt_tokens,
+            "completion_tokens": answer.predicted_tokens,
+            "total_tokens": answer.prompt_tokens + answer.predicted_tokens,
+        },
+    }
+
+
+def openai_chunk(text: str, request_id: str, model: str, created: int) -> dict:
+    """One streamed piece of ``/v1/completions``."""
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
+    }
+
+
+def finish_reason(stop_type: str) -> str:
+    """OpenAI's name for how it ended: ``length`` when a token limit cut it."""
+    return "length" if stop_type == "limit" else "stop"
+
+
+def error_body(message: str, status: int) -> dict:
+    """The error object llama-server and OpenAI's API both answer with."""
+    kinds = {401: "authentication_error", 404: "not_found_error", 503: "unavailable_error"}
+    kind = kinds.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"code": status, "message": message, "type": kind}}

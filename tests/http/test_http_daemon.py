@@ -1,0 +1,307 @@
+"""``codespec serve --http`` over real HTTP: the requests llama.vim, llama.vscode and Zed send
+(``requests/``), streaming, a client leaving mid-answer, newer requests superseding older
+ones, hostile requests, the API key, and the stats' client column."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import start_http_daemon
+from rpc import did_open, inline_request, unix_client
+
+from codespec.stats import report
+
+REQUESTS = Path(__file__).parent / "requests"
+LONG = 400  # tokens: at 20 ms a pass, seconds of decoding a stop must cut short
+
+
+def captured(name: str) -> dict:
+    return json.loads((REQUESTS / f"{name}.json").read_text())
+
+
+def send(daemon, name: str) -> httpx.Response:
+    request = captured(name)
+    with daemon.client() as client:
+        return client.post(request["endpoint"], json=request["body"], headers=request["headers"])
+
+
+def events(response_lines) -> list:
+    """The payloads of a server-sent event stream (``[DONE]`` as the string)."""
+    out = []
+    for line in response_lines:
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def daemon_stats(daemon) -> dict:
+    client = unix_client(daemon.socket_path)
+    client.initialize()
+    client.send({"jsonrpc": "2.0", "id": "s", "method": "codespec/stats", "params": {}})
+    return client.reply_to("s")["result"]
+
+
+def test_start_up_checks_pass(http_daemon):
+    with http_daemon.client() as client:
+        assert client.get("/health").json() == {"status": "ok"}
+        models = client.get("/v1/models").json()
+        assert [m["id"] for m in models["data"]] == ["tiny-test"]
+        assert client.get("/props").json()["default_generation_settings"]["n_ctx"] > 0
+
+
+def test_llama_vim_gets_exactly_the_fields_it_asks_for(http_daemon):
+    response = send(http_daemon, "llama_vim_fim")
+    assert response.status_code == 200
+    body = response.json()
+    asked = captured("llama_vim_fim")["body"]["response_fields"]
+    assert set(body) == set(asked)
+    assert isinstance(body["content"], str) and body["timings/prompt_n"] > 0
+    # llama.vim's first check of a reply, before it decodes the JSON
+    assert response.text.lstrip().startswith("{") and '"content":' in response.text
+
+
+def test_llama_vscode_gets_llama_servers_whole_answer(http_daemon):
+    body = send(http_daemon, "llama_vscode_fim").json()
+    assert isinstance(body["content"], str) and body["stop"] is True
+    assert {"prompt_n", "predicted_n", "predicted_ms"} <= set(body["timings"])
+
+
+def test_requests_that_only_prepare_are_answered_at_once(http_daemon):
+    for name in ("llama_vim_ring", "llama_vscode_prepare"):
+        started = time.monotonic()
+        response = send(http_daemon, name)
+        assert response.status_code == 200 and time.monotonic() - started < 2.0
+    assert send(http_daemon, "llama_vim_ring").json() == {}  # it asked for no field
+
+
+def test_zeds_fim_prompt_is_completed_at_its_cursor(http_daemon):
+    response = send(http_daemon, "zed_fim_qwen")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "text_completion" and isinstance(body["choices"][0]["text"], str)
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_a_stream_carries_the_same_text_as_a_whole_answer(http_daemon):
+    body = {"prompt": "def fibonacci(n):\n", "n_predict": 24}
+    with http_daemon.client() as client:
+        whole = client.post("/completion", json=body).json()
+        with client.stream("POST", "/completion", json={**body, "stream": True}) as streamed:
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            pieces = events(streamed.iter_lines())
+        assert pieces[-1]["stop"] is True and all(p["stop"] is False for p in pieces[:-1])
+        assert "".join(p["content"] for p in pieces) == whole["content"] != ""
+        openai = {"prompt": body["prompt"], "max_tokens": 24, "stream": True}
+        with client.stream("POST", "/v1/completions", json=openai) as streamed:
+            chunks = events(streamed.iter_lines())
+    assert chunks[-1] == "[DONE]"
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == whole["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_words_end_the_answer_in_the_decode_loop(http_daemon):
+    with http_daemon.client() as client:
+        free = client.post("/completion", json={"prompt": "x = [", "n_predict": 24}).json()
+        word = free["content"][5:8]  # three characters the model writes
+        assert len(word) == 3
+        cut = client.post(
+            "/completion", json={"prompt": "x = [", "n_predict": 24, "stop": [word]}
+        ).json()
+    assert cut["content"] == free["content"][: free["content"].find(word)]
+    assert cut["stop_type"] == "word" and cut["stopping_word"] == word
+    assert cut["tokens_predicted"] < free["tokens_predicted"]
+
+
+def test_a_client_leaving_mid_stream_stops_the_engine(http_daemon):
+    before = daemon_stats(http_daemon)["daemon"]["cancelled"]
+    long = {"prompt": "def main():\n", "n_predict": LONG, "stream": True}
+    with http_daemon.client() as client:
+        with client.stream("POST", "/completion", json=long) as streamed:
+            for line in streamed.iter_lines():
+                if line.startswith("data: "):
+                    break  # one piece, then the connection closes
+    started = time.monotonic()
+    with http_daemon.client("another") as client:
+        quick = client.post("/completion", json={"prompt": "a", "n_predict": 4})
+    assert quick.status_code == 200
+    assert time.monotonic() - started < LONG * 0.02 / 3  # it did not wait for the long one
+    stats = daemon_stats(http_daemon)["daemon"]
+    assert stats["cancelled"] == before + 1
+    cancel = stats["last_cancel"]
+    assert cancel["passes_final"] - cancel["passes_at_cancel"] <= 1  # within one pass
+
+
+def test_a_client_timing_out_stops_the_engine(http_daemon):
+    before = daemon_stats(http_daemon)["daemon"]["cancelled"]
+    with http_daemon.client(timeout=1.0) as client, pytest.raises(httpx.ReadTimeout):
+        client.post("/completion", json={"prompt": "class A:\n", "n_predict": LONG})
+    started = time.monotonic()
+    with http_daemon.client("another") as client:
+        assert client.post("/completion", json={"prompt": "b", "n_predict": 4}).status_code == 200
+    assert time.monotonic() - started < LONG * 0.02 / 3
+    assert daemon_stats(http_daemon)["daemon"]["cancelled"] == before + 1
+
+
+def test_a_clients_newer_request_supersedes_its_older_one(http_daemon):
+    older: dict = {}
+
+    def long_request() -> None:
+        started = time.monotonic()
+        with http_daemon.client("llama.vim-like") as client:
+            older["response"] = client.post(
+                "/infill", json={"input_prefix": "def f():\n    ", "n_predict": LONG}
+            )
+        older["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    time.sleep(0.5)
+    with http_daemon.client("llama.vim-like") as client:
+        newer = client.post("/infill", json={"input_prefix": "def g():\n    ", "n_predict": 4})
+    thread.join(timeout=60)
+    assert newer.status_code == 200 and older["response"].status_code == 200
+    assert older["seconds"] < LONG * 0.02 / 2  # answered when the newer one came, not at its end
+    assert older["response"].json()["stop_type"] == "limit"
+
+
+def test_hostile_requests_get_one_error_each_and_harm_nothing(http_daemon):
+    with http_daemon.client() as client:
+        cases = [
+            (
+                client.post(
+                    "/infill", content=b"{not json", headers={"Content-Type": "application/json"}
+                ),
+                400,
+            ),
+            (
+                client.post(
+                    "/infill", content=b"[1,2]", headers={"Content-Type": "application/json"}
+                ),
+                400,
+            ),
+            (
+                client.post(
+                    "/infill",
+                    content=b'{"input_prefix": "x"}',
+                    headers={"Content-Type": "text/plain"},
+                ),
+                415,
+            ),
+            (
+                client.post(
+                    "/infill",
+                    content=b"[" * 100_000 + b"]" * 100_000,
+                    headers={"Content-Type": "application/json"},
+                ),
+                400,
+            ),
+            (
+                client.post(
+                    "/infill",
+                    content=b" " * (17 << 20),
+                    headers={"Content-Type": "application/json"},
+                ),
+                413,
+            ),
+            (client.post("/completion", json={"prompt": [1, 2]}), 400),
+            (client.get("/infill"), 405),
+            (client.get("/no/such/thing"), 404),
+            (client.get("/health", headers={"Host": "attacker.example"}), 403),
+            (client.post("/infill", json={}, headers={"Origin": "http://attacker.example"}), 403),
+        ]
+        for response, status in cases:
+            assert response.status_code == status, response.text
+            error = response.json()["error"]
+            assert error["code"] == status and "\n" not in error["message"]
+        assert (
+            client.post("/infill", json={"input_prefix": "x = ", "n_predict": 4}).status_code == 200
+        )
+    assert http_daemon.proc.poll() is None
+
+
+def test_the_stats_name_each_client(http_daemon):
+    send(http_daemon, "llama_vim_fim")
+    send(http_daemon, "llama_vscode_fim")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with sqlite3.connect(http_daemon.stats_db) as conn:
+            clients = {row[0] for row in conn.execute("SELECT client FROM requests")}
+            if {"curl infill", "axios infill"} <= clients:
+                break
+        time.sleep(0.2)
+    assert {"curl infill", "axios infill"} <= clients
+    with sqlite3.connect(http_daemon.stats_db) as conn:
+        groups = report.query(conn, None, None, "client")["groups"]
+    assert {"curl infill", "axios infill"} <= {g["key"] for g in groups}
+
+
+def test_infill_and_lsp_give_the_same_completion(http_daemon):
+    text = "import os\n\n\ndef home():\n    return os.\n"
+    lsp = unix_client(http_daemon.socket_path)
+    lsp.initialize()
+    lsp.send(did_open("file:///w/paths.py", text))
+    lsp.send(inline_request(7, "file:///w/paths.py", 4, 14, trigger_kind=2))
+    items = lsp.reply_to(7)["result"]["items"]
+    through_lsp = items[0]["insertText"] if items else ""
+    body = {
+        "input_prefix": text[: text.index("os.\n") + 3],
+        "input_suffix": "\n",
+        "filename": "paths.py",
+        "language": "python",
+    }
+    with http_daemon.client() as client:
+        through_http = client.post("/infill", json=body).json()["content"]
+    assert through_http == through_lsp != ""
+
+
+def test_an_api_key_is_required_when_given(tiny_manifest, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret-key\n")
+    key_file.chmod(0o600)
+    daemon = start_http_daemon(
+        tiny_manifest, tmp_path, "--api-key-file", str(key_file), key="s3cret-key"
+    )
+    try:
+        with daemon.client(with_key=False) as client:
+            assert client.get("/health").status_code == 401
+            wrong = client.get("/health", headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            right = client.get("/health", headers={"Authorization": "Bearer s3cret-key"})
+            assert right.status_code == 200
+        assert "s3cret-key" not in daemon.proc.log_path.read_text()
+    finally:
+        daemon.proc.terminate()
+        daemon.proc.wait(timeout=30)
+
+
+def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "codespec", "serve", "--socket", str(cwd / "d.sock"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ,
+    )
+
+
+def test_off_loopback_needs_a_key_and_a_shared_key_file_is_refused(tmp_path):
+    refused = serve("--http", "0.0.0.0:18099", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "without --api-key-file" in refused.stderr.strip().splitlines()[-1]
+    shared = tmp_path / "key"
+    shared.write_text("k")
+    shared.chmod(0o644)
+    refused = serve("--http", "18099", "--api-key-file", str(shared), cwd=tmp_path)
+    assert refused.returncode == 2 and "chmod 600" in refused.stderr
+    bad = serve("--http", "localhost:http", cwd=tmp_path)
+    assert bad.returncode == 2 and "[HOST:]PORT" in bad.stderr
