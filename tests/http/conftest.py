@@ -62,6 +62,8 @@ def start_http_daemon(
         except httpx.TransportError:
             pass
         time.sleep(0.1)
+    proc.terminate()
+    proc.wait(timeout=30)
     raise TimeoutError(f"the HTTP front did not answer: {proc.log_path.read_text()[-2000:]}")
 
 
