@@ -173,3 +173,14 @@ def test_earliest_cut_wins():
     assert EarliestCut([ClientStops(words=("c",)), ClientStops(words=("b",))]).cut("abc") == 1
     assert EarliestCut([]).cut("abc") is None
     assert not ClientStops() and ClientStops(words=("x",))
+
+
+def test_a_stream_holds_back_only_what_may_still_change():
+    from codespec.server.http.front import streamable
+
+    at_cursor = wire.read_infill({"input_prefix": "f("})
+    assert streamable("x, y)  ", at_cursor, None) == "x, y"  # ")" may already follow the cursor
+    assert streamable("a\n    b = [1", at_cursor, None) == "a\n    b = [1"
+    raw = wire.read_completion({"prompt": "p", "stop": ["END"]})
+    stops = ClientStops(words=raw.stop_words)
+    assert streamable("x)  E", raw, stops) == "x)  "  # "E" may begin "END"; a prompt keeps ")"

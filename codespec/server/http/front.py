@@ -19,7 +19,7 @@ from ...client_stops import ClientStops
 from ...languages import GENERIC, language_for
 from ...settings import completion_options
 from ...stats.record import client_label
-from ...stops import Cursor, decide_mode
+from ...stops import CLOSERS, QUOTES, Cursor, decide_mode
 from ...workspace.redaction import redact
 from ..config import Settings
 from ..jobs import apply_multiline_policy
@@ -169,10 +169,11 @@ class Front:
 
 def streamable(text: str, ask: Ask, stops: ClientStops | None) -> str:
     """The part of a growing completion a stream may send now: not the end that may still
-    become a stop word, and at a cursor only complete lines (the line being written may still
-    be shaped: a closing bracket already after the cursor dropped, trailing space trimmed)."""
+    become a stop word, and at a cursor not the end that shaping may still drop (trailing
+    space, and closing brackets, quotes and separators that may turn out to be already after
+    the cursor: ``stops.shape``)."""
     if stops is not None:
         text = text[: len(text) - stops.held_back(text)]
     if ask.prompt is None:
-        text = text[: text.rfind("\n") + 1]
+        text = text.rstrip(" \t\r\n" + CLOSERS + QUOTES + ";,")
     return text
