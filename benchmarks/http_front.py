@@ -167,7 +167,8 @@ def timed_post(url: str, body: dict) -> tuple[float, str, int]:
     """(s to the answer, its text, the prompt tokens the server computed for it)."""
     t0 = time.perf_counter()
     reply = httpx.post(f"{url}/infill", json=body, timeout=600).json()
-    computed = reply.get("timings", {}).get("prompt_n", 0)
+    # (llama.vim names its response_fields: the reply holds "timings/prompt_n" at its top)
+    computed = reply.get("timings/prompt_n", reply.get("timings", {}).get("prompt_n", 0))
     return time.perf_counter() - t0, reply.get("content", ""), computed
 
 
@@ -224,6 +225,10 @@ def main() -> None:
         len({r[2] for r in results["lsp"][i] + results["http"][i]}) == 1 for i in range(len(cases))
     )
     print(f"\nthe same completion through LSP and /infill (both rounds): {same}/{len(cases)}")
+    for i in range(len(cases)):
+        texts = [r[2] for r in results["lsp"][i]] + [r[2] for r in results["http"][i]]
+        if len(set(texts)) > 1:  # (LSP round 1, round 2, then /infill round 1, round 2)
+            print(f"  hole {i} ({cases[i][0]}): " + " | ".join(repr(t[:60]) for t in texts))
     summary: dict = {"cpu": cpu_kind(), "holes": len(cases), "same": same}
     for kind, index in (("first text", 0), ("whole", 1)):
         lsp = p50([r[index] for rs in results["lsp"].values() for r in rs])

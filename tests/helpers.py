@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import socket
 import time
@@ -285,3 +288,50 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def lay_out_stores(home: Path, model: Path) -> dict[str, Path]:
+    """``model`` placed as each store keeps its files; {store: where the file is}."""
+    data = model.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    ollama = home / ".ollama" / "models"
+    blob = ollama / "blobs" / f"sha256-{digest}"
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(data)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "tiny"
+    manifest.parent.mkdir(parents=True)
+    layers = [
+        {"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "0" * 64},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"},
+    ]
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    lmstudio = home / ".lmstudio" / "models" / "Qwen" / "tiny-GGUF" / "tiny-q8_0.gguf"
+    lmstudio.parent.mkdir(parents=True)
+    lmstudio.write_bytes(data)
+    repo = home / ".cache" / "huggingface" / "hub" / "models--Qwen--tiny-GGUF"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / digest).write_bytes(data)
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "tiny.gguf").symlink_to(Path("../../blobs") / digest)  # as the hub writes it
+    llamacpp = home / ".cache" / "llama.cpp" / "Qwen_tiny-GGUF_tiny.gguf"
+    llamacpp.parent.mkdir(parents=True)
+    llamacpp.write_bytes(data)
+    return {
+        "ollama": blob,
+        "lmstudio": lmstudio,
+        "hf": repo / "blobs" / digest,
+        "llamacpp": llamacpp,
+    }
+
+
+def environment_in(home: Path) -> dict[str, str]:
+    """This process's environment with ``home`` as the user's home and no store named by a
+    variable (the prepared embedded models stay where they are, not re-joined)."""
+    from codespec.models.sources import cache_root
+
+    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(cache_root())
+    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
+    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
+        env.pop(name, None)
+    return env

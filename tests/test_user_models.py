@@ -7,7 +7,6 @@ not models refused in one line. Real files in a fake home; tiny GGUFs written he
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -16,13 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import write_tiny_gguf
+from helpers import environment_in, lay_out_stores, write_tiny_gguf
 from remote_helpers import needs_server
 
 from codespec.models import ModelError
 from codespec.models.discovery import find_models
 from codespec.models.gguf_info import read_gguf_info
-from codespec.models.sources import cache_root as models_cache_root
 from codespec.models.user_models import manifest_for_model
 
 pytestmark = needs_server  # (llama-cpp-python reads the metadata)
@@ -79,41 +77,6 @@ def write_family_gguf(path: Path, kind: str, specials: list[str], eos: str) -> P
 def tiny(tmp_path_factory) -> Path:
     """A tiny random Qwen2 GGUF with the real Qwen2.5-Coder vocabulary."""
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
-
-
-def lay_out_stores(home: Path, model: Path) -> dict[str, Path]:
-    """``model`` placed as each store keeps its files; {store: where the file is}."""
-    data = model.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    ollama = home / ".ollama" / "models"
-    blob = ollama / "blobs" / f"sha256-{digest}"
-    blob.parent.mkdir(parents=True)
-    blob.write_bytes(data)
-    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "tiny"
-    manifest.parent.mkdir(parents=True)
-    layers = [
-        {"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "0" * 64},
-        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"},
-    ]
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
-    lmstudio = home / ".lmstudio" / "models" / "Qwen" / "tiny-GGUF" / "tiny-q8_0.gguf"
-    lmstudio.parent.mkdir(parents=True)
-    lmstudio.write_bytes(data)
-    repo = home / ".cache" / "huggingface" / "hub" / "models--Qwen--tiny-GGUF"
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "blobs" / digest).write_bytes(data)
-    snapshot = repo / "snapshots" / "0123abcd"
-    snapshot.mkdir(parents=True)
-    (snapshot / "tiny.gguf").symlink_to(Path("../../blobs") / digest)  # as the hub writes it
-    llamacpp = home / ".cache" / "llama.cpp" / "Qwen_tiny-GGUF_tiny.gguf"
-    llamacpp.parent.mkdir(parents=True)
-    llamacpp.write_bytes(data)
-    return {
-        "ollama": blob,
-        "lmstudio": lmstudio,
-        "hf": repo / "blobs" / digest,
-        "llamacpp": llamacpp,
-    }
 
 
 def test_each_store_is_found_with_its_own_names(tmp_path, tiny):
@@ -213,16 +176,6 @@ def test_a_file_that_is_not_a_model_is_one_line(tmp_path, tiny, content):
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "codespec: error:" in result.stderr
-
-
-def environment_in(home: Path) -> dict[str, str]:
-    """This process's environment with ``home`` as the user's home and no store named by a
-    variable (the prepared embedded models stay where they are, not re-joined)."""
-    cache = os.environ.get("CODESPEC_CACHE_DIR") or str(models_cache_root())
-    env = {**os.environ, "HOME": str(home), "CODESPEC_CACHE_DIR": cache}
-    for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
-        env.pop(name, None)
-    return env
 
 
 def place(source: Path, target: Path) -> None:
@@ -407,3 +360,68 @@ def test_the_daemon_serves_a_model_named_in_the_settings_file(tmp_path, tiny):
         daemon.wait(timeout=30)
     text = log.read_text()
     assert "K/V cache" in text and "model ready" in text, text[-2000:]
+
+
+def test_an_editor_switches_the_daemon_to_another_model(tmp_path, tiny, tiny_manifest):
+    """``codespec/chooseModel`` over real JSON-RPC, through ``codespec lsp`` as an editor
+    talks: the daemon (the same process, on the same socket) runs the chosen GGUF, the relay
+    hands the session over, the session hears the new model in ``codespec/status`` and its
+    next completion comes from it; a name that is not a model is one line, and changes nothing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "lsp"))
+    from helpers import wait_for_socket
+    from rpc import did_open, inline_request, relay_client
+
+    home = tmp_path / "home"
+    lay_out_stores(home, tiny)
+    socket_path, log = tmp_path / "d.sock", tmp_path / "daemon.log"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status",
+         "--pair", str(tiny_manifest), "--no-stats", "--max-tokens", "4"],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env=environment_in(home),
+    )  # fmt: skip
+    relay = None
+    try:
+        wait_for_socket(socket_path)
+        pid = int((socket_path.parent / "d.sock.lock").read_text().strip())
+        relay, client = relay_client("--socket", str(socket_path))
+        client.initialize()
+
+        def status_with_model() -> dict:
+            while True:
+                message = client.read(timeout=120)
+                assert message is not None
+                if message.get("method") == "codespec/status" and "model" in message["params"]:
+                    return message["params"]
+
+        assert status_with_model()["model"] == "tiny-test"
+        client.send({"jsonrpc": "2.0", "id": "m", "method": "codespec/models", "params": {}})
+        names = [row["name"] for row in client.reply_to("m")["result"]["models"]]
+        assert "ollama:qwen2.5-coder:tiny" in names
+
+        bad = {"name": "ollama:no-such-model"}
+        client.send({"jsonrpc": "2.0", "id": "b", "method": "codespec/chooseModel", "params": bad})
+        error = client.reply_to("b")["error"]
+        assert error["code"] == -32602 and "no model named" in error["message"]
+
+        choose = {"name": "ollama:qwen2.5-coder:tiny"}
+        client.send(
+            {"jsonrpc": "2.0", "id": "c", "method": "codespec/chooseModel", "params": choose}
+        )
+        assert client.reply_to("c")["result"]["restarting"] is True
+        status = status_with_model()
+        assert status["model"] == read_gguf_info(tiny).name != "tiny-test"
+        uri = (tmp_path / "a.py").as_uri()
+        client.send(did_open(uri, "def add(a, b):\n    return "))
+        client.send(inline_request(1, uri, 1, 11))
+        assert client.reply_to(1)["result"]["items"]
+        assert int((socket_path.parent / "d.sock.lock").read_text().strip()) == pid
+        assert daemon.poll() is None
+    finally:
+        if relay is not None:
+            relay.kill()
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    text = log.read_text()
+    assert "switching to" in text and text.count("model ready") == 2, text[-3000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 
 from .common import Subparsers, model_choice
 
@@ -19,36 +18,9 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import DEFAULT_PAIR, ModelError, load_manifest
-    from ..models.discovery import find_models
-    from ..models.gguf_info import read_gguf_info
-    from ..models.user_models import embedded_drafts, paired_draft
+    from ..models.listing import model_rows
 
-    rows: list[dict] = []
-    drafts = embedded_drafts()
-    default = load_manifest(DEFAULT_PAIR)
-    rows.append({"name": DEFAULT_PAIR, "store": "embedded", "description": default.description})
-    for found in find_models(tuple(args.folder) + model_choice(args).folders):
-        try:
-            info = read_gguf_info(found.path)
-        except ModelError as exc:
-            rows.append({"name": found.name, "store": found.store, "error": str(exc)})
-            continue
-        rows.append(
-            {
-                "name": found.name,
-                "store": found.store,
-                "path": str(found.path),
-                "architecture": info.architecture,
-                "parameters": info.parameters,
-                "quantization": info.quantization,
-                "context_length": info.context_length,
-                "bytes": info.bytes,
-                "fim": info.has_fim,
-                "tokens": asdict(info.tokens),
-                "draft": draft.label if (draft := paired_draft(info, drafts)) else None,
-            }
-        )
+    rows = model_rows(tuple(args.folder) + model_choice(args).folders)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

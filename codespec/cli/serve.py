@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import Subparsers, UsageError, add_model_options, note, pair_of
+from .common import Subparsers, UsageError, add_model_options, model_choice, note, pair_of
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -64,6 +64,8 @@ def add_parser(sub: Subparsers) -> None:
     s.add_argument(
         "--engine-token-file", default=None, metavar="FILE", help="API token (a 0600 file)"
     )
+    # a model switch hands the listening socket and its lock to the new program (switching.py)
+    s.add_argument("--listening-fds", default=None, help=argparse.SUPPRESS)
     s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     s.add_argument("--test-stats-max-pages", type=int, default=None, help=argparse.SUPPRESS)
@@ -81,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         DaemonRunning,
         EndpointError,
         TokenError,
-        check_socket_path,
-        claim_socket,
         default_socket,
         read_or_create_token,
     )
@@ -107,19 +107,18 @@ def run(args: argparse.Namespace) -> int:
         socket_path = Path(args.socket) if args.socket else default_socket()
     except EndpointError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        check_socket_path(socket_path)
-        # ... and the lock before the model's stack is imported: of many daemons started at
-        # once (every editor window after a crash), one pays for it and the rest leave at once
-        lock = claim_socket(socket_path)
-    except DaemonRunning as exc:
-        print(f"codespec: {exc}", file=sys.stderr)
-        return 1
-    except EndpointError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot use {socket_path.parent}: {exc.strerror or exc}") from None
+    inherited = None
+    if args.listening_fds is not None:  # run again by a model switch: the socket is ours
+        import socket
+
+        from ..server.switching import parse_fds
+
+        socket_fd, lock = parse_fds(args.listening_fds)
+        inherited = socket.socket(fileno=socket_fd)
+    else:
+        lock = claim(socket_path)
+        if lock is None:
+            return 1
     from ..runtime import load_pair  # (the model's stack: only once the socket is ours)
     from ..server.daemon import Daemon, run_daemon
 
@@ -166,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         store=store,
         remote=remote is not None,
     )
+    daemon.argv = sys.argv[1:]  # (a model switch runs it again with another model's flags)
+    daemon.model_folders = model_choice(args).folders
     try:
         token = read_or_create_token() if args.tcp is not None else None
     except TokenError as exc:
@@ -182,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
                 status=not args.no_status,
                 lock=lock,
                 http=http,
+                inherited=inherited,
             )
         )
     except DaemonRunning as exc:
@@ -193,6 +195,25 @@ def run(args: argparse.Namespace) -> int:
         where = f"{args.host}:{args.tcp}" if args.tcp is not None else str(socket_path)
         raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     return 0
+
+
+def claim(socket_path: Path) -> int | None:
+    """The socket's lock, taken before the model's stack is imported: of many daemons started
+    at once (every editor window after a crash), one pays for it and the rest leave at once
+    (None: another daemon serves it)."""
+    from ..server.endpoint import DaemonRunning, EndpointError, check_socket_path, claim_socket
+
+    try:
+        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_socket_path(socket_path)
+        return claim_socket(socket_path)
+    except DaemonRunning as exc:
+        print(f"codespec: {exc}", file=sys.stderr)
+        return None
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot use {socket_path.parent}: {exc.strerror or exc}") from None
 
 
 def http_listen_address(args: argparse.Namespace):

@@ -43,7 +43,6 @@ from .worker import ModelUnavailable, Worker
 if TYPE_CHECKING:
     from ..runtime import LoadedPair  # (the model's stack loads with the model, not before)
     from .http.app import Admission
-    from .http.listen import HttpFront
 
 log = logging.getLogger("codespec.daemon")
 AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
@@ -97,8 +96,16 @@ class Daemon:
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
         # connections still to authenticate (TCP), oldest first: their writers
         self.unauthenticated: dict[asyncio.StreamWriter, None] = {}
-        # the engine's state as the editors' status shows it (a remote engine's reachability)
+        # the engine's state as the editors' status shows it (a remote engine's reachability,
+        # and once loaded the model's label)
         self.engine_status: dict = {"state": "ready", "message": ""}
+        # switching models (``switching.py``): how this daemon was started (its arguments
+        # after ``codespec``; None: it cannot run itself again), the folders of ``[model]``,
+        # and the flags of the model chosen, once one is (the daemon then runs itself again)
+        self.argv: list[str] | None = None
+        self.model_folders: tuple[str, ...] = ()
+        self.switch_to: list[str] | None = None
+        self.stopping: asyncio.Event | None = None  # set to stop serving (``run_daemon``)
 
     def load_in_background(self) -> None:
         try:
@@ -120,6 +127,8 @@ class Daemon:
                     health.listeners.append(tell)
                 freeze_resident_objects()  # no full collection walks the model again
                 self.slot.pair = pair
+                if loop is not None:
+                    loop.call_soon_threadsafe(self.model_loaded, pair.model_label)
                 log.info(
                     "model ready in %.1f s on %s: %s",
                     pair.load_s,
@@ -159,6 +168,11 @@ class Daemon:
         """Whether prompts go to a remote server (known from the start: prompts built while
         the engine loads are sent there too)."""
         return self.remote
+
+    def model_loaded(self, label: str) -> None:
+        """Every session hears which model runs (``codespec/status``'s ``model``)."""
+        self.engine_status["model"] = label
+        self.tell_status(self.engine_status["state"], self.engine_status["message"])
 
     def tell_status(self, state: str, message: str) -> None:
         """Every session hears ``codespec/status`` when the engine's state changes."""
@@ -200,6 +214,8 @@ class Daemon:
         )
         ls.prefill_rate = self.prefill_rate
         ls.engine_is_remote = self.engine_is_remote
+        ls.list_models = self.list_models
+        ls.choose_model = self.choose_model
         session_id = ls.session.id
         self.sessions[session_id] = ls
         try:
@@ -210,6 +226,37 @@ class Daemon:
             self.sessions.pop(session_id, None)
             self.worker.drop_session(session_id)
             folders.release(ls)
+
+    async def list_models(self) -> list[dict]:
+        """``codespec/models``: the rows ``codespec models`` prints, the one running marked."""
+        from ..models.listing import model_rows
+        from .switching import running_name
+
+        rows = await asyncio.to_thread(model_rows, self.model_folders)
+        running = running_name(self.argv or [])
+        label = self.engine_status.get("model")
+        for row in rows:
+            named = running is not None and row["name"] == running
+            row["running"] = named or (running is None and row.get("label") == label)
+        return rows
+
+    async def choose_model(self, name: str) -> dict:
+        """``codespec/chooseModel``: check that ``name`` can run here, then stop serving and run
+        this daemon again with it (``switching.py``). Raises ``ValueError`` (one line) when it
+        cannot."""
+        from .switching import checked_row, model_flags
+
+        if self.argv is None or self.stopping is None:
+            raise ValueError("this daemon cannot switch models (it was not started by serve)")
+        if self.remote:
+            raise ValueError("this daemon decodes on a remote engine: its server's model runs")
+        row = await asyncio.to_thread(checked_row, name, self.model_folders)  # (reads files)
+        self.switch_to = model_flags(row)
+        log.info("switching to the model %s", name)
+        self.tell_status("switching", f"switching to {name}")
+        # (the reply goes out first: the restart closes every connection)
+        asyncio.get_running_loop().call_later(0.2, self.stopping.set)
+        return {"model": name, "restarting": True}
 
     def status_line(self) -> str:
         stats = worker_stats(self.worker)
@@ -258,16 +305,24 @@ async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool | str
 
 
 async def _listen(
-    daemon: Daemon, socket_path: Path, tcp_port: int | None, tcp_host: str, token: str | None
+    daemon: Daemon,
+    socket_path: Path,
+    tcp_port: int | None,
+    tcp_host: str,
+    token: str | None,
+    inherited: socket.socket | None = None,
 ) -> list[asyncio.Server]:
-    if socket_path.exists():  # left by a daemon that died: nobody holds the lock
-        socket_path.unlink()
-    old_umask = os.umask(0o177)  # the socket file is created 0600: only this user may connect
-    try:
-        unix = await asyncio.start_unix_server(daemon.handle, path=str(socket_path))
-    finally:
-        os.umask(old_umask)
-    os.chmod(socket_path, 0o600)
+    if inherited is not None:  # this daemon's own socket, kept across a model switch
+        unix = await asyncio.start_unix_server(daemon.handle, sock=inherited)
+    else:
+        if socket_path.exists():  # left by a daemon that died: nobody holds the lock
+            socket_path.unlink()
+        old_umask = os.umask(0o177)  # the socket file is made 0600: only this user may connect
+        try:
+            unix = await asyncio.start_unix_server(daemon.handle, path=str(socket_path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(socket_path, 0o600)
     servers = [unix]
     if tcp_port is not None:
         assert token is not None
@@ -293,34 +348,40 @@ async def run_daemon(
     ready_file: Path | None = None,
     lock: int | None = None,
     http: tuple[socket.socket, Admission] | None = None,
+    inherited: socket.socket | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Raises ``DaemonRunning`` when another daemon owns the
     socket: exactly one may, or stopping one would unlink the socket of the other. ``lock``:
     the socket's lock when the caller claimed it already (``endpoint.claim_socket``).
-    ``http``: (a bound socket, its ``http.app.Admission``) for the HTTP front."""
+    ``http``: (a bound socket, its ``http.app.Admission``) for the HTTP front. ``inherited``:
+    the listening socket a model switch handed over (``switching.py``), ``lock`` with it."""
     if lock is None:
         socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_socket_path(socket_path)
         lock = claim_socket(socket_path)
     try:
-        servers = await _listen(daemon, socket_path, tcp_port, tcp_host, token)
+        servers = await _listen(daemon, socket_path, tcp_port, tcp_host, token, inherited)
     except BaseException:  # a port in use, say: leave nothing behind
         socket_path.unlink(missing_ok=True)
         socket_path.with_name(socket_path.name + ".lock").unlink(missing_ok=True)
         os.close(lock)
         raise
-    front = start_http_front(daemon, *http) if http is not None else None
+    front = None
+    if http is not None:
+        from .http.listen import start_http_front
+
+        front = start_http_front(daemon, *http)
     daemon.load_in_background()
     print(
         f"codespec: listening on {socket_path}"
         + (f" and {tcp_host}:{tcp_port}" if tcp_port is not None else "")
-        + (f" and {http_address(http[0])} (llama-server and OpenAI endpoints)" if http else ""),
+        + (f" and {front.address} (llama-server and OpenAI endpoints)" if front else ""),
         file=sys.stderr,
         flush=True,
     )
     if ready_file is not None:
         write_private(ready_file, str(os.getpid()))
-    stop = asyncio.Event()
+    stop = daemon.stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -328,6 +389,10 @@ async def run_daemon(
     await stop.wait()
     if ticker:
         ticker.cancel()
+    if daemon.switch_to is not None and daemon.argv is not None:
+        from .switching import run_again_with
+
+        await run_again_with(daemon, daemon.argv, daemon.switch_to, servers, front, lock)
     for server in servers:
         server.close()
     if front is not None:
@@ -341,29 +406,6 @@ async def run_daemon(
         socket_path.unlink()
     os.close(lock)
     print("\ncodespec: stopped", file=sys.stderr)
-
-
-def start_http_front(daemon: Daemon, sock: socket.socket, admission: Admission) -> HttpFront:
-    """The HTTP front (``server/http``) on ``sock``, serving from the daemon's worker."""
-    from .http.app import build_app
-    from .http.front import Front
-    from .http.listen import HttpFront
-
-    front = Front(
-        daemon.worker,
-        daemon.settings,
-        daemon.slot.ready,
-        daemon.loaded_pair,
-        daemon.engine_is_remote,
-    )
-    http = HttpFront(build_app(front, admission), sock)
-    http.start()
-    return http
-
-
-def http_address(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 async def _status_ticker(daemon: Daemon) -> None:

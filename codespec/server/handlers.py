@@ -32,6 +32,8 @@ STATS = "codespec/stats"
 DOCUMENT = "codespec/document"
 CURSOR = "codespec/cursor"
 STATUS = "codespec/status"  # server -> client: the engine's state (lsp/PROTOCOL.md)
+MODELS = "codespec/models"
+CHOOSE_MODEL = "codespec/chooseModel"
 
 
 def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
@@ -50,7 +52,8 @@ def on_initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
 async def on_initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
     window = ls.client_capabilities.window
     supported = window is not None and bool(window.work_done_progress)
-    if ls.engine_status.get("state", "ready") != "ready":  # a remote engine already down
+    # the model that runs (once loaded), or a remote engine already down
+    if ls.engine_status.get("state", "ready") != "ready" or "model" in ls.engine_status:
         ls.protocol.notify(STATUS, dict(ls.engine_status))
     if supported and ls.model_ready is not None and not ls.model_ready.is_set():
         await report_loading(ls)
@@ -97,6 +100,26 @@ async def on_stats(ls: CodespecServer, params: Any) -> dict:
     return await stats_reply(ls, as_dict(params))
 
 
+async def on_models(ls: CodespecServer, params: Any) -> dict:
+    """The models this daemon could run (the rows ``codespec models --json`` prints), the one
+    running marked ``running``."""
+    return {"models": await ls.list_models()}
+
+
+async def on_choose_model(ls: CodespecServer, params: Any) -> dict:
+    """Switch the daemon to the model ``params.name`` (a row's name, or a GGUF file's path):
+    -32602 with one line when it cannot run here; otherwise the daemon answers what is asked
+    empty and runs again with it, and every session hears its status (lsp/PROTOCOL.md)."""
+    given = as_dict(params)
+    name = given.get("name") if isinstance(given, dict) else None
+    if not isinstance(name, str) or not name or len(name) > 4096:
+        raise JsonRpcInvalidParams("expected {name: a model of codespec/models}")
+    try:
+        return await ls.choose_model(name)
+    except ValueError as exc:
+        raise JsonRpcInvalidParams(str(exc)) from None
+
+
 def on_document(ls: CodespecServer, params: Any) -> dict:
     """The server's copy of a document (for clients and tests to check their sync)."""
     given = as_dict(params)
@@ -125,6 +148,8 @@ FEATURES: list[tuple[str, Any, Any]] = [
     (CURSOR, on_cursor, None),
     (STATS, on_stats, None),
     (DOCUMENT, on_document, None),
+    (MODELS, on_models, None),
+    (CHOOSE_MODEL, on_choose_model, None),
 ]
 
 

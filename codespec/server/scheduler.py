@@ -111,6 +111,16 @@ class Scheduler:
         if session in self.order:
             self.order.remove(session)
 
+    def take_all(self) -> list[Job]:
+        """Every waiting request, taken out of the queues (warm-ups are forgotten)."""
+        for job in self.warm_jobs.values():
+            job.stop()
+        self.warm_jobs.clear()
+        waiting = [job for queue in self.queues.values() for job in queue]
+        for queue in self.queues.values():
+            queue.clear()
+        return waiting
+
     def model_ready(self) -> None:
         """The model is loaded: queue deadlines count from now on."""
         if self.ready_since is None:

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lsprotocol import types
@@ -78,11 +78,22 @@ class CodespecServer(LanguageServer):
         self.prefill_rate: Callable[[], float | None] = lambda: None
         # whether prompts go to a remote server (context from other files is redacted then)
         self.engine_is_remote: Callable[[], bool] = lambda: False
+        # the daemon's models and the switch to another (``switching.py``), set by the daemon
+        self.list_models: Callable[[], Awaitable[list[dict]]] = _no_models
+        self.choose_model: Callable[[str], Awaitable[dict]] = _no_switch
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls would show the editor a message with Python exception text; log it instead
         (a bad notification is the client's problem, not the user's)."""
         log.debug("session error (%s): %s", getattr(source, "__name__", source), error)
+
+
+async def _no_models() -> list[dict]:
+    return []
+
+
+async def _no_switch(name: str) -> dict:
+    raise ValueError("this server cannot switch models")
 
 
 class CodespecProtocol(LanguageServerProtocol):

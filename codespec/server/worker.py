@@ -106,6 +106,14 @@ class Worker:
         with self.cond:
             self.scheduler.drop_session(session)
 
+    def cancel_everything(self) -> None:
+        """Answer every waiting request empty and stop the running work (a model switch)."""
+        with self.cond:
+            for job in self.scheduler.take_all():
+                self._answer_empty(job, Outcome.CANCELLED)
+            if self.running is not None:
+                self.running.stop()
+
     def stop(self) -> None:
         with self.cond:
             self.stopping = True

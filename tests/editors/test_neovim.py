@@ -550,3 +550,48 @@ def test_a_remote_engine_going_away_shows_and_comes_back(version, tiny_manifest,
             assert status().startswith("codespec: ready"), status()
         finally:
             editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_the_status_names_the_model_and_codespec_model_switches_it(version, server, tmp_path):
+    """The status says which model the daemon runs; `:CodespecModel NAME` switches the daemon
+    to a GGUF it finds (here one laid out as an Ollama store in the editor's home), the status
+    follows, and the next ghost text comes from the new model."""
+    from helpers import environment_in, lay_out_stores, write_tiny_gguf
+
+    from codespec.models.gguf_info import read_gguf_info
+
+    cmd, _ = server
+    home = tmp_path / "home"
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
+    lay_out_stores(home, tiny)
+    source = tmp_path / "m.py"
+    source.write_text("def add(a, b):\n    pass\n", encoding="utf-8")
+    saved = dict(os.environ)
+    os.environ.update(environment_in(home))  # (the editor, its relay and daemon inherit it)
+    try:
+        editor = Editor(neovim(version), tmp_path, cmd)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        editor.nvim.command(f"edit {source}")
+        status = "return require('codespec').status_text()"
+
+        def says(text: str, timeout: float = 90.0) -> str:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = editor.lua(status)
+                if text in line:
+                    return line
+                time.sleep(0.1)
+            raise AssertionError(f"the status never said {text!r}: {editor.lua(status)}")
+
+        says("model tiny-test")
+        editor.nvim.command("CodespecModel ollama:qwen2.5-coder:tiny")
+        says(f"model {read_gguf_info(tiny).name}")
+        editor.nvim.input("o")
+        editor.type("    return ")
+        assert editor.wait_ghost()
+    finally:
+        editor.close()

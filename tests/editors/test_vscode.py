@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from daemon_client import daemon_stats
-from helpers import free_port
+from helpers import free_port, lay_out_stores, write_tiny_gguf
 from lsp_helpers import start_daemon
 from remote_helpers import daemon_on_a_remote_engine, needs_server
 
@@ -687,3 +687,34 @@ def test_a_remote_engine_going_away_shows_and_comes_back(vsix, tiny_manifest, tm
             wait_for(lambda: "remote unreachable" in bench.status(), 15, "remote unreachable")
             proxy.mode = "pass"
             wait_for(lambda: "codespec: ready" in bench.status(), 15, "ready again")
+
+
+def test_the_model_is_named_and_chosen_from_the_palette(vsix, tiny_settings, tmp_path):
+    """The status names the model the daemon runs; "codespec: Choose the model" lists what the
+    daemon finds (a GGUF laid out as an Ollama store in code-server's home) and switches to
+    the one picked; the status follows and ghost text comes from the new model."""
+    from codespec.models.gguf_info import read_gguf_info
+
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
+    lay_out_stores(tmp_path / "home", tiny)  # (code-server, its extension and daemon: HOME)
+    files = {"m.py": "def add(a, b):\n    "}
+    with vscode(vsix, tmp_path, tiny_settings, files) as (server, bench):
+        bench.open("m.py")
+        wait_for(lambda: "codespec: ready" in bench.status(), 90, "the status bar to say ready")
+        log = server.debug_log
+
+        def logged(text: str) -> bool:
+            return log.exists() and text in log.read_text(errors="replace")
+
+        wait_for(lambda: logged("model tiny-test"), 30, "the model's name")
+        bench.command("codespec: Choose the model")
+        row = ".quick-input-list .monaco-list-row[aria-label*='ollama:qwen2.5-coder:tiny']"
+        bench.page.wait_for_selector(row, timeout=60_000)
+        bench.page.keyboard.type("ollama:qwen2.5-coder:tiny", delay=10)
+        bench.page.keyboard.press("Enter")
+        name = read_gguf_info(tiny).name
+        wait_for(lambda: logged(f"model {name}"), 120, "the new model's name")
+        wait_for(lambda: "codespec: ready" in bench.status(), 90, "ready again")
+        bench.press("Control+End")
+        bench.type("return ")
+        assert bench.ghost()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -305,3 +306,27 @@ def test_off_loopback_needs_a_key_and_a_shared_key_file_is_refused(tmp_path):
     assert refused.returncode == 2 and "chmod 600" in refused.stderr
     bad = serve("--http", "localhost:http", cwd=tmp_path)
     assert bad.returncode == 2 and "[HOST:]PORT" in bad.stderr
+
+
+def test_half_a_surrogate_pair_and_a_trickling_body_harm_nothing(http_daemon):
+    body = b'{"input_prefix": "s = \\"\\ud800", "n_predict": 4}'
+    with http_daemon.client() as client:
+        response = client.post(
+            "/infill", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 200, response.text
+    trickle = socket.create_connection(("127.0.0.1", http_daemon.port))
+    try:
+        trickle.sendall(
+            b"POST /infill HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"input_prefix"'
+        )
+        with http_daemon.client() as client:  # others are served meanwhile
+            assert (
+                client.post("/infill", json={"input_prefix": "y = ", "n_predict": 4}).status_code
+                == 200
+            )
+        trickle.settimeout(20)
+        assert b" 408 " in trickle.recv(4096).split(b"\r\n", 1)[0]
+    finally:
+        trickle.close()

@@ -28,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import Receive
 
 from ...files import parse_json
+from ..lifecycle import plain_strings
 from ..worker import ModelUnavailable
 from . import wire
 from .front import Front, client_name
@@ -38,6 +39,7 @@ log = logging.getLogger("codespec.http")
 MAX_BODY_BYTES = 16 << 20  # a request's body; llama.vim's largest (256 prefix lines, 64
 # suffix lines, 16 ring chunks of 64 lines) is far smaller
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+BODY_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -153,18 +155,28 @@ def build_app(front: Front, admission: Admission) -> Starlette:
 
 
 async def json_body(request: Request) -> Any:
-    """The body as JSON, refused past ``MAX_BODY_BYTES`` before more of it is read."""
+    """The body as JSON, refused past ``MAX_BODY_BYTES`` before more of it is read, and when it
+    does not arrive within ``BODY_TIMEOUT_S`` (a client trickling bytes holds a connection of
+    the few there are). Lone surrogates in its strings become U+FFFD, as on the LSP path."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", status=413)
-    body, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", status=413)
-        body.append(chunk)
+    body: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", status=413)
+            body.append(chunk)
+
     try:
-        return parse_json(b"".join(body))
+        await asyncio.wait_for(read(), BODY_TIMEOUT_S)
+    except TimeoutError:
+        raise BadRequest(f"the body did not arrive within {BODY_TIMEOUT_S:g} s", 408) from None
+    try:
+        return plain_strings(parse_json(b"".join(body)))
     except ValueError:
         raise BadRequest("the body is not valid JSON") from None
 

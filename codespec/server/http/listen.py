@@ -9,9 +9,16 @@ import ipaddress
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.applications import Starlette
+
+from .app import Admission, build_app
+from .front import Front
+
+if TYPE_CHECKING:
+    from ..daemon import Daemon
 
 # llama-server's clients send one request at a time each; more open at once than this are
 # answered 503 by uvicorn rather than queued without bound
@@ -92,6 +99,11 @@ class HttpFront:
         self.sock = sock
         self.task: asyncio.Task | None = None
 
+    @property
+    def address(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
     def start(self) -> None:
         self.task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
 
@@ -101,3 +113,17 @@ class HttpFront:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(self.task, GRACEFUL_STOP_S + 3)
         self.sock.close()
+
+
+def start_http_front(daemon: Daemon, sock: socket.socket, admission: Admission) -> HttpFront:
+    """The HTTP front (``server/http``) on ``sock``, serving from the daemon's worker."""
+    front = Front(
+        daemon.worker,
+        daemon.settings,
+        daemon.slot.ready,
+        daemon.loaded_pair,
+        daemon.engine_is_remote,
+    )
+    http = HttpFront(build_app(front, admission), sock)
+    http.start()
+    return http

@@ -19,7 +19,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { GhostText } from "./inline";
-import { findServer, serverSettings, userBinFolders } from "./pure";
+import { findServer, modelDescription, type ModelRow, serverSettings, userBinFolders } from "./pure";
 
 type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error" | "remote unreachable";
 const SCHEMES = ["file", "untitled"]; // the documents codespec completes (and the client syncs)
@@ -86,9 +86,19 @@ class Codespec {
   /** The daemon's engine is a remote server it cannot reach (`codespec/status`), and why. */
   remoteDown?: string;
 
-  onEngineStatus(params: { state?: string; message?: string }): void {
+  /** The model the daemon runs (`codespec/status`), once it has loaded. */
+  model?: string;
+
+  onEngineStatus(params: { state?: string; message?: string; model?: string }): void {
     this.remoteDown = params?.state === "remote unreachable" ? (params.message ?? "") : undefined;
-    this.debug(`engine ${params?.state} ${params?.message ?? ""}`);
+    if (typeof params?.model === "string") {
+      this.model = params.model;
+    }
+    this.debug(`engine ${params?.state} ${params?.message ?? ""} model ${this.model ?? "-"}`);
+    if (params?.state === "switching") {
+      this.setStatus("loading", params.message ?? "");
+      return;
+    }
     this.render();
   }
 
@@ -142,6 +152,9 @@ class Codespec {
     }
     if (status === "remote unreachable" && this.remoteDown) {
       parts.push(`(${this.remoteDown})`);
+    }
+    if (this.model) {
+      parts.push(`model ${this.model}`);
     }
     if (this.lastLatencyMs !== undefined) {
       parts.push(`last completion ${Math.round(this.lastLatencyMs)} ms`);
@@ -339,6 +352,35 @@ class Codespec {
     }
   }
 
+  /** Switch the daemon to another of the models it lists (`codespec/chooseModel`). */
+  async chooseModel(): Promise<void> {
+    const client = this.running();
+    if (!client) {
+      vscode.window.showWarningMessage("codespec: the server is not running");
+      return;
+    }
+    let rows: ModelRow[];
+    try {
+      rows = (await client.sendRequest<{ models: ModelRow[] }>("codespec/models", {})).models ?? [];
+    } catch (error) {
+      vscode.window.showWarningMessage(`codespec: cannot list models: ${(error as Error)?.message ?? error}`);
+      return;
+    }
+    const items = rows
+      .filter((row) => row.error === undefined)
+      .map((row) => ({ label: row.name, description: modelDescription(row), picked: row.running === true }));
+    const chosen = await vscode.window.showQuickPick(items, { placeHolder: "The model codespec runs" });
+    if (!chosen) {
+      return;
+    }
+    try {
+      await client.sendRequest("codespec/chooseModel", { name: chosen.label });
+      this.setStatus("loading", `switching to ${chosen.label}`);
+    } catch (error) {
+      vscode.window.showWarningMessage(`codespec: ${(error as Error)?.message ?? error}`);
+    }
+  }
+
   async showStats(): Promise<void> {
     const client = this.running();
     if (!client) {
@@ -445,6 +487,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("codespec.restart", () => cs.restart()),
     vscode.commands.registerCommand("codespec.showStats", () => cs.showStats()),
     vscode.commands.registerCommand("codespec.showStatus", () => cs.showStatus()),
+    vscode.commands.registerCommand("codespec.chooseModel", () => cs.chooseModel()),
     vscode.workspace.onDidChangeConfiguration((event) => cs.configurationChanged(event)),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void cs.restart()), // now its files may be read
     vscode.window.onDidChangeActiveTextEditor(() => cs.render()),

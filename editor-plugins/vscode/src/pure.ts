@@ -112,3 +112,40 @@ export function remainder(text: string, typed: string): string | undefined {
   }
   return text.slice(typed.length);
 }
+
+/** A row of `codespec/models` (the rows `codespec models --json` prints). */
+export interface ModelRow {
+  name: string;
+  store: string;
+  label?: string;
+  description?: string;
+  architecture?: string;
+  parameters?: number;
+  quantization?: string;
+  fim?: boolean;
+  draft?: string | null;
+  error?: string;
+  running?: boolean;
+}
+
+/** What the model picker shows beside a model's name. */
+export function modelDescription(row: ModelRow): string {
+  if (row.description) {
+    return `${row.store}: ${row.description}${row.running ? " (running)" : ""}`;
+  }
+  const parts = [row.store];
+  if (row.parameters) {
+    parts.push(`${(row.parameters / 1e9).toFixed(1)}B`);
+  }
+  if (row.quantization) {
+    parts.push(row.quantization);
+  }
+  parts.push(row.fim === false ? "prefix only" : "fill-in-the-middle");
+  if (row.draft) {
+    parts.push(`draft ${row.draft}`);
+  }
+  if (row.running) {
+    parts.push("(running)");
+  }
+  return parts.join(" · ");
+}

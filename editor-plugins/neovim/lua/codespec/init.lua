@@ -187,6 +187,9 @@ local function commands()
     M.toggle(args.args)
   end, { nargs = "?" })
   vim.api.nvim_create_user_command("CodespecRestart", M.restart, {})
+  vim.api.nvim_create_user_command("CodespecModel", function(args)
+    status.choose_model(args.args)
+  end, { nargs = "?" })
 end
 
 function M.setup(options)

@@ -9,6 +9,7 @@ M.state = {
   status = "stopped", -- stopped | loading | ready | busy | disabled | error
   message = nil,
   remote_down = nil, -- why the daemon's remote engine is unreachable (`codespec/status`)
+  model = nil, -- the model the daemon runs (`codespec/status`), once it has loaded
   last_latency_ms = nil,
   tokens_per_pass = nil, -- the daemon's, asked at most every 5 s after a completion
   stats_asked = nil, -- vim.loop.now() of the last ask
@@ -25,9 +26,16 @@ function M.set(status, message)
   pcall(vim.api.nvim_exec_autocmds, "User", { pattern = "CodespecStatus" })
 end
 
---- The daemon's engine changed state (`codespec/status`): a remote server became unreachable
---- or reachable again.
+--- The daemon's engine changed state (`codespec/status`): the model it runs, a switch to
+--- another, a remote server that became unreachable or reachable again.
 function M.engine(params)
+  if type(params.model) == "string" then
+    M.state.model = params.model
+  end
+  if params.state == "switching" then
+    M.set("loading", params.message)
+    return
+  end
   if params.state == "remote unreachable" then
     M.state.remote_down = params.message or ""
   else
@@ -50,6 +58,9 @@ function M.text()
   end
   if s.message then
     text = text .. " (" .. s.message .. ")"
+  end
+  if s.model then
+    text = text .. ", model " .. s.model
   end
   if s.last_latency_ms then
     text = text .. string.format(", last %.0f ms", s.last_latency_ms)
@@ -80,6 +91,40 @@ function M.completed(ms)
     else
       s.stats_asked = nil -- nothing counted yet: ask again after the next completion
     end
+  end)
+end
+
+--- Switch the daemon to the model ``name``, or choose one of those it lists (`:CodespecModel`).
+function M.choose_model(name)
+  if not client.get() then
+    return M.notify("not running", vim.log.levels.WARN)
+  end
+  local function switch(chosen)
+    client.request("codespec/chooseModel", { name = chosen }, function(err)
+      if err then
+        return M.notify(err.message or "cannot switch", vim.log.levels.WARN)
+      end
+      M.set("loading", "switching to " .. chosen)
+    end)
+  end
+  if name and name ~= "" then
+    return switch(name)
+  end
+  client.request("codespec/models", vim.empty_dict(), function(err, result)
+    if err or not result then
+      return M.notify("cannot list models: " .. (err and err.message or "no result"), vim.log.levels.WARN)
+    end
+    local names = {}
+    for _, row in ipairs(result.models or {}) do
+      if row.error == nil then
+        table.insert(names, row.name)
+      end
+    end
+    vim.ui.select(names, { prompt = "codespec model" }, function(chosen)
+      if chosen then
+        switch(chosen)
+      end
+    end)
   end)
 end
 

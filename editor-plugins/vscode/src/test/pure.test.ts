@@ -10,6 +10,7 @@ import {
   SERVER_SETTINGS,
   codePoints,
   findServer,
+  modelDescription,
   nextLine,
   nextWord,
   remainder,
@@ -76,4 +77,23 @@ test("the server is the setting (or a checkout), else PATH, a workspace's .venv,
   assert.equal(findServer("", [], bin, [], [venv])?.command, path.join(bin, "codespec"));
   assert.deepEqual(userBinFolders({ PIPX_BIN_DIR: "/p" }, "/home/u"), ["/p", "/home/u/.local/bin"]);
   assert.deepEqual(userBinFolders({}, ""), []);
+});
+
+test("the model picker describes each model codespec/models lists", () => {
+  assert.equal(
+    modelDescription({ name: "qwen2.5-coder-1.5b", store: "embedded", description: "the embedded pair", running: true }),
+    "embedded: the embedded pair (running)",
+  );
+  assert.equal(
+    modelDescription({
+      name: "ollama:qwen2.5-coder:7b",
+      store: "ollama",
+      parameters: 7.6e9,
+      quantization: "Q4_K_M",
+      fim: true,
+      draft: "qwen2.5-coder-0.5b",
+    }),
+    "ollama · 7.6B · Q4_K_M · fill-in-the-middle · draft qwen2.5-coder-0.5b",
+  );
+  assert.equal(modelDescription({ name: "/m/x.gguf", store: "path", fim: false }), "path · prefix only");
 });
