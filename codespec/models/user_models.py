@@ -80,11 +80,14 @@ def manifest_for_model(
             )
         draft = as_source(draft_info, draft_path)
     default = load_manifest(DEFAULT_PAIR)
+    target = as_source(info, path)
+    if not Path(name_or_path).expanduser().is_file():  # a store's name: the one users pick
+        target = replace(target, label=name_or_path)
     return replace(
         default,
         name=name_or_path,
         description=f"{info.name} ({info.architecture}, {info.quantization}, from {path})",
-        target=as_source(info, path),
+        target=target,
         draft=draft,
         tokens=info.tokens,
         path=None,

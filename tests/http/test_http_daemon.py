@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import start_http_daemon
+from http_helpers import daemon_stats, start_http_daemon
 from rpc import did_open, inline_request, unix_client
 
 from codespec.stats import report
@@ -43,13 +43,6 @@ def events(response_lines) -> list:
             data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
-
-
-def daemon_stats(daemon) -> dict:
-    client = unix_client(daemon.socket_path)
-    client.initialize()
-    client.send({"jsonrpc": "2.0", "id": "s", "method": "codespec/stats", "params": {}})
-    return client.reply_to("s")["result"]
 
 
 def test_start_up_checks_pass(http_daemon):

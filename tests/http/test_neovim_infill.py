@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "editors"))
 
-from test_http_daemon import daemon_stats  # noqa: E402
+from http_helpers import daemon_stats  # noqa: E402
 from test_neovim import NEOVIMS, neovim  # noqa: E402
 
 CLIENT = Path(__file__).parent / "llama_vim_client.lua"

@@ -52,6 +52,14 @@ class RawClient:
         except (TimeoutError, OSError):
             return False
 
+    def next_reply(self, timeout: float = 30) -> dict | None:
+        """The next reply (a message without a method), notifications skipped; None if the
+        server closed the connection."""
+        while (message := self.read(timeout)) is not None:
+            if "method" not in message:
+                return message
+        return None
+
     def reply_to(self, msg_id) -> dict:
         """Read until the response to ``msg_id`` (skipping notifications)."""
         while True:

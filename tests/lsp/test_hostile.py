@@ -140,7 +140,7 @@ def test_every_request_gets_exactly_one_correct_reply(daemon):
 def test_an_id_that_is_not_a_string_or_integer_is_refused_not_echoed(daemon, odd):
     client = initialized()
     client.send({"jsonrpc": "2.0", "id": odd, "method": "codespec/stats", "params": {}})
-    reply = client.read()
+    reply = client.next_reply()
     assert reply["id"] is None and reply["error"]["code"] == -32600
     assert request(client, 2, "codespec/stats", {})["result"]  # the session goes on
 

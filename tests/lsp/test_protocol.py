@@ -42,10 +42,11 @@ def test_malformed_messages_get_errors_and_the_server_keeps_serving(daemon):
     client.initialize()
     body = b'{"jsonrpc": "2.0", "id": 3, "method": '  # truncated JSON
     client.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    reply = client.read()
-    assert reply["error"]["code"] == -32700, reply
+    reply = client.next_reply()
+    assert reply is not None and reply["error"]["code"] == -32700, reply
     client.send(b"Content-Length: 7\r\n\r\n[1,2,3]")
-    assert client.read()["error"]["code"] == -32600
+    reply = client.next_reply()
+    assert reply is not None and reply["error"]["code"] == -32600
     client.send({"jsonrpc": "2.0", "id": 4, "method": "no/such/method", "params": {}})
     assert client.reply_to(4)["error"]["code"] == -32601
     client.send(
@@ -70,7 +71,7 @@ def test_request_after_shutdown_is_refused(daemon):
     client.send({"jsonrpc": "2.0", "id": 3, "method": "codespec/stats", "params": {}})
     assert client.reply_to(3)["error"]["code"] == -32600
     client.send({"jsonrpc": "2.0", "method": "exit"})
-    assert client.read() is None  # the session ended; the daemon did not
+    assert client.next_reply() is None  # the session ended; the daemon did not
     assert unix_client(SOCKET).initialize()["result"]
 
 

@@ -99,6 +99,10 @@ class Codespec {
       this.setStatus("loading", params.message ?? "");
       return;
     }
+    if (params?.state === "ready" && params?.model && this.status === "loading") {
+      this.setStatus("ready"); // the model has loaded (after a switch, no progress may come)
+      return;
+    }
     this.render();
   }
 

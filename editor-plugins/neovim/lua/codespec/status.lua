@@ -36,6 +36,9 @@ function M.engine(params)
     M.set("loading", params.message)
     return
   end
+  if params.state == "ready" and params.model and M.state.status == "loading" then
+    M.set("ready") -- the model has loaded (after a switch, no progress may come)
+  end
   if params.state == "remote unreachable" then
     M.state.remote_down = params.message or ""
   else
