@@ -193,6 +193,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: built)")
+    ap.add_argument("--no-peer", action="store_true", help="only the LSP and /infill rounds")
     ap.add_argument("--json", default=str(ROOT / "bench-out" / "http_front.json"))
     args = ap.parse_args()
     cases = holes(args.holes, args.files, args.seed)
@@ -216,7 +217,8 @@ def main() -> None:
                     else:
                         got = through_http(url, hole)
                     results[way].setdefault(i, []).append(got)
-        vim_codespec = cold_and_again(url, cases)
+        if not args.no_peer:
+            vim_codespec = cold_and_again(url, cases)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
@@ -236,7 +238,7 @@ def main() -> None:
         print(f"{kind:>10}: LSP p50 {lsp:.0f} ms, /infill p50 {http:.0f} ms ({http / lsp:.2f}x)")
         summary[kind] = {"lsp_ms": lsp, "http_ms": http}
 
-    binary = args.llama_server or default_llama_server()
+    binary = None if args.no_peer else args.llama_server or default_llama_server()
     if binary is not None:
         from codespec.bench.peer_server import serving
         from codespec.models import load_manifest

@@ -184,3 +184,18 @@ def test_a_stream_holds_back_only_what_may_still_change():
     raw = wire.read_completion({"prompt": "p", "stop": ["END"]})
     stops = ClientStops(words=raw.stop_words)
     assert streamable("x)  E", raw, stops) == "x)  "  # "E" may begin "END"; a prompt keeps ")"
+
+
+def test_in_a_document_that_parsed_a_stream_sends_only_lines_it_parses_with():
+    """Shaping cuts a completion back to its longest line prefix that the document parses
+    with (a single line: all or nothing), so only such lines may go out before the end."""
+    from codespec.server.http.front import streamable
+
+    at_cursor = wire.read_infill({"input_prefix": "def f():\n    "})
+
+    def parses(text: str) -> bool:
+        return text.count("(") == text.count(")")
+
+    assert streamable("x = g(1)\ny = g(", at_cursor, None, parses) == "x = g(1)"
+    assert streamable("x = g(1", at_cursor, None, parses) == ""  # one line: not before its end
+    assert streamable("a   \nb = g(2)\nc", at_cursor, None, parses) == "a\nb = g(2)"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ...client_stops import ClientStops
-from ...languages import GENERIC, language_for
+from ...languages import GENERIC, has_syntax_error, language_for
 from ...settings import completion_options
 from ...stats.record import client_label
 from ...stops import CLOSERS, QUOTES, Cursor, decide_mode
@@ -167,13 +167,38 @@ class Front:
         )
 
 
-def streamable(text: str, ask: Ask, stops: ClientStops | None) -> str:
-    """The part of a growing completion a stream may send now: not the end that may still
-    become a stop word, and at a cursor not the end that shaping may still drop (trailing
-    space, and closing brackets, quotes and separators that may turn out to be already after
-    the cursor: ``stops.shape``)."""
+def streamable(
+    text: str, ask: Ask, stops: ClientStops | None, parses: Callable[[str], bool] | None = None
+) -> str:
+    """The part of a growing completion a stream may send now: what the finished completion
+    will surely start with. Not the end that may still become a stop word; at a cursor, not
+    the end that shaping may drop (trailing space, and closing brackets, quotes and separators
+    that may be already after the cursor: ``stops.shape``); and in a document that parsed
+    before (``parses``: whether the document parses with a completion there), only complete
+    lines it parses with: shaping cuts a completion back to its longest such line prefix (a
+    single line: all or nothing), which then holds at least these."""
     if stops is not None:
         text = text[: len(text) - stops.held_back(text)]
-    if ask.prompt is None:
-        text = text.rstrip(" \t\r\n" + CLOSERS + QUOTES + ";,")
-    return text
+    if ask.prompt is not None:
+        return text
+    text = "\n".join(line.rstrip() for line in text.split("\n"))  # (as shaping leaves them)
+    text = text.rstrip(" \t\r\n" + CLOSERS + QUOTES + ";,")
+    if parses is None:
+        return text
+    end = text.rfind("\n")
+    while end > 0 and not parses(text[:end]):
+        end = text.rfind("\n", 0, end)
+    return text[:end] if end > 0 else ""
+
+
+def syntax_check(job: Job) -> Callable[[str], bool] | None:
+    """For a completion at a cursor in a document that parses as it is: whether it still
+    parses with a given completion there (None: shaping will not cut by syntax)."""
+    cursor = job.cursor
+    if job.raw_prompt is not None:
+        return None
+    if has_syntax_error(cursor.language, cursor.prefix + cursor.suffix) is not False:
+        return None
+    return lambda text: (
+        has_syntax_error(cursor.language, cursor.prefix + text + cursor.suffix) is False
+    )

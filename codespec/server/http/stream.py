@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..places import Job
 from . import wire
-from .front import Front, streamable
+from .front import Front, streamable, syntax_check
 from .wire import Answer, Ask
 
 log = logging.getLogger("codespec.http")
@@ -68,6 +68,7 @@ class EventStream(Response):
         """Each longer text's new part as it comes (``front.streamable``: what may still
         change is held back), then the rest of the final text and how it ended."""
         sent = ""
+        parses = await asyncio.to_thread(syntax_check, job)  # (parsing: off the loop)
         result = asyncio.wrap_future(job.future)
         while not result.done() or not texts.empty():
             getting = asyncio.ensure_future(texts.get())
@@ -75,7 +76,11 @@ class EventStream(Response):
             if not getting.done():
                 getting.cancel()
                 continue
-            now = streamable(getting.result(), self.ask, job.client_stops)
+            text = getting.result()
+            while not texts.empty():  # (only the newest text matters)
+                text = texts.get_nowait()
+            stops = job.client_stops
+            now = await asyncio.to_thread(streamable, text, self.ask, stops, parses)
             if now.startswith(sent) and len(now) > len(sent):
                 await self._piece(send, now[len(sent) :])
                 sent = now
