@@ -230,19 +230,21 @@ def complete_raw(
             partial = text_so_far()
             if partial and not partial.endswith("\ufffd"):
                 on_text(partial)
-    out = text_so_far()
-    result = CompletionResult(out, Mode.BLOCK, generation.stats, len(prompt))
-    result.tokens = list(generation.tokens)
-    result.truncated = truncated
-    return result
+    return CompletionResult(
+        text_so_far(),
+        Mode.BLOCK,
+        generation.stats,
+        len(prompt),
+        tokens=list(generation.tokens),
+        truncated=truncated,
+    )
 
 
 def raw_prompt(pair: LoadedPair, text: str, max_tokens: int) -> tuple[list[int], bool]:
     """``text``'s ids, special tokens read as such, and whether its start was dropped to leave
     room in the model's context for ``max_tokens`` more."""
     prompt = pair.tokenizer.encode(text, add_special_tokens=False)
-    context = getattr(pair, "context_tokens", None)
-    room = max(context - max_tokens - 1, 1) if context else len(prompt)
+    room = max(pair.context_tokens - max_tokens - 1, 1)
     if len(prompt) <= room:
         return prompt, False
     return prompt[len(prompt) - room :], True

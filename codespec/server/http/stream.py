@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from typing import Any
 
 from starlette.responses import Response
@@ -43,7 +44,7 @@ class EventStream(Response):
         self.init_headers({"cache-control": "no-cache"})
         self.front, self.ask, self.client = front, ask, client
         self.openai = ask.endpoint == "v1/completions"
-        self.id, self.created, self.model = request_id(), Answer("").created, front.model_label()
+        self.id, self.created, self.model = request_id(), int(time.time()), front.model_label()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()

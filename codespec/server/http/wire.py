@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..documents import MAX_DOCUMENT_CHARS
+
 MAX_PREDICT = 1024  # the most tokens one request may ask for (n_predict, max_tokens)
 MAX_EXTRA_CHUNKS = 64  # input_extra entries read; later ones are left out
-MAX_TEXT_CHARS = 4_000_000  # prefix, suffix or prompt: larger is refused (a document's limit)
+MAX_TEXT_CHARS = MAX_DOCUMENT_CHARS  # prefix, suffix or prompt: larger is refused, as a document
 MAX_STOP_WORDS = 16
 MAX_STOP_WORD_CHARS = 256
 
