@@ -49,7 +49,10 @@ class Headers:
 
 
 async def read_frame(reader: asyncio.StreamReader, max_body: int = MAX_BODY) -> bytes | None:
-    """The next message body, or None at end of stream."""
+    """The next message body, or None at end of stream.
+
+    A peer that resets the connection (a killed editor, a socket closed with bytes unread)
+    has ended the stream as surely as one that closed it: that is None too, never an error."""
     headers = Headers(max_body)
     while True:
         try:
@@ -60,6 +63,8 @@ async def read_frame(reader: asyncio.StreamReader, max_body: int = MAX_BODY) -> 
             raise FramingError("connection closed inside a header") from None
         except asyncio.LimitOverrunError:
             raise FramingError("header line too long") from None
+        except ConnectionError:
+            return None
         if headers.feed(line):
             break
     length = headers.length
@@ -68,6 +73,8 @@ async def read_frame(reader: asyncio.StreamReader, max_body: int = MAX_BODY) -> 
         return await reader.readexactly(length)
     except asyncio.IncompleteReadError:
         raise FramingError("connection closed inside a body") from None
+    except ConnectionError:
+        return None
 
 
 def read_frame_sync(stream, max_body: int = MAX_BODY) -> bytes | None:
