@@ -1,11 +1,12 @@
 """Which backend runs a GGUF pair's target on this CPU: measured once per machine, then read.
 
 ``--backend auto`` on a CPU with llama-cpp-python installed times the target on both backends
-the first time (a ggml pass is padded to whole row groups to stay exact, a torch pass runs its
-int4/int8 kernels: which is cheaper differs by CPU, ``docs/benchmarks.md``, "ggml against
-torch") and keeps the figures beside the kernel plans, keyed by the processor, its kernel
-flags, torch's version and the thread count (``quant.kernels.machine_fingerprint``) and by the
-target file. A later start reads them. Deleting the file measures again.
+the first time (a ggml pass runs llama.cpp's fastest kernel for its width, or with ``--exact``
+is padded to whole row groups; a torch pass runs its int4/int8 kernels: which is cheaper
+differs by CPU, ``docs/benchmarks.md``, "ggml against torch") and keeps the figures beside the
+kernel plans, keyed by the processor, its kernel flags, torch's version and the thread count
+(``quant.kernels.machine_fingerprint``), by the target file and by whether ggml ran exact. A
+later start reads them. Deleting the file measures again.
 
 What is compared: a small request after ``CONTEXT`` cached tokens, its prompt's new tokens
 prefilled and a few tokens decoded (``_price``).
@@ -29,14 +30,15 @@ STEPS = 16
 BACKENDS = ("ggml", "torch")
 
 
-def verdict_file(manifest: PairManifest) -> Path:
-    return cache_root() / "kernels" / f"backend-{manifest.target.sha256[:16]}.json"
+def verdict_file(manifest: PairManifest, exact: bool) -> Path:
+    mode = "-exact" if exact else ""
+    return cache_root() / "kernels" / f"backend-{manifest.target.sha256[:16]}{mode}.json"
 
 
-def cached(manifest: PairManifest) -> dict | None:
+def cached(manifest: PairManifest, exact: bool) -> dict | None:
     """This machine's measured prices (seconds per backend), or None."""
     try:
-        saved = parse_json(read_owned_text(verdict_file(manifest)))
+        saved = parse_json(read_owned_text(verdict_file(manifest, exact)))
         prices = saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
     except (OSError, FileError, ValueError):
         return None
@@ -51,7 +53,10 @@ def faster(prices: dict) -> str:
 
 
 def measure(
-    manifest: PairManifest, progress: Progress, loaders: dict[str, Callable[[], object]]
+    manifest: PairManifest,
+    progress: Progress,
+    loaders: dict[str, Callable[[], object]],
+    exact: bool,
 ) -> dict:
     """Time the target on both backends and remember it. ``loaders`` maps each backend to a
     function that loads the target on it (the runtime's, which knows how each is prepared);
@@ -65,7 +70,7 @@ def measure(
         if close is not None:
             close()
         del target
-    _remember(manifest, prices)
+    _remember(verdict_file(manifest, exact), prices)
     return prices
 
 
@@ -84,8 +89,7 @@ def _price(target) -> float:
     return STEPS * step + prefill
 
 
-def _remember(manifest: PairManifest, prices: dict) -> None:
-    path = verdict_file(manifest)
+def _remember(path: Path, prices: dict) -> None:
     try:
         saved = parse_json(read_owned_text(path))
         saved = saved if isinstance(saved, dict) else {}

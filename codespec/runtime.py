@@ -87,6 +87,7 @@ def build_engine(
     draft_mode: str,
     verdict: Path | None,
     skipped: str | None,
+    exact: bool = True,
 ) -> Engine:
     """The engine over a loaded target (and draft), calibrated on this machine, for every
     backend alike. ``verdict``: where a released draft's verdict is kept for later starts;
@@ -97,7 +98,7 @@ def build_engine(
         max_nodes=min(MAX_NODES, target.max_pass_rows - 1),
         draft_mode=draft_mode if draft is not None else "off",
     )
-    engine = Engine(target, draft, stop_ids=stop_ids, policy=policy)
+    engine = Engine(target, draft, stop_ids=stop_ids, policy=policy, exact=exact)
     del target, draft  # the engine holds what it keeps (it may release the draft)
     if draft_mode == "auto":  # released now or after some requests: later starts skip it
         engine.draft_life.on_released = functools.partial(draft_verdict.remember, verdict)
@@ -126,17 +127,20 @@ def load_pair(
     progress: Progress = print,
     quantize: str | None = None,
     backend: str | None = None,
+    exact: bool = False,
 ) -> LoadedPair:
     """Prepare (once) and load a pair, and build its engine.
 
     ``backend`` (``choose_backend``): ggml runs the pair's GGUF files on llama.cpp's CPU
-    kernels, torch runs them as torch tensors. ``quantize`` overrides the manifest's
-    ``[quantize]`` choice for torch on the device (see ``models.quantize_mode``): on the CPU
-    the default pair runs weight-only int4/int8."""
+    kernels, torch runs them as torch tensors. ``exact`` (ggml): every pass padded to the
+    rows whose bits do not depend on its width, so speculative output is bit for bit what
+    one-row decoding gives; otherwise llama.cpp's fastest kernel for each width. ``quantize``
+    overrides the manifest's ``[quantize]`` choice for torch on the device (see
+    ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
     device = choose_device(device)
-    if choose_backend(manifest, device, backend, quantize, progress) == "ggml":
-        return load_ggml_pair(manifest, use_draft, draft_mode, progress)
+    if choose_backend(manifest, device, backend, quantize, progress, exact) == "ggml":
+        return load_ggml_pair(manifest, use_draft, draft_mode, progress, exact)
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
     verdict = draft_verdict.verdict_file(manifest, device, mode)
@@ -239,6 +243,7 @@ def choose_backend(
     asked: str | None,
     quantize: str | None = None,
     progress: Progress = print,
+    exact: bool = False,
 ) -> str:
     """ggml or torch. ``auto``: on a CPU, for a pair of GGUF files, with llama-cpp-python
     installed and no torch quantization asked for, whichever this machine measured faster
@@ -268,14 +273,14 @@ def choose_backend(
     if asked == "auto" and device.startswith("cpu") and gguf and quantize is None:
         if not ggml.available():
             return "torch"
-        prices = backend_choice.cached(manifest) or backend_choice.measure(
-            manifest, progress, _target_loaders(manifest, progress)
+        prices = backend_choice.cached(manifest, exact) or backend_choice.measure(
+            manifest, progress, _target_loaders(manifest, progress, exact), exact
         )
         return backend_choice.faster(prices)
     return "torch"
 
 
-def _target_loaders(manifest: PairManifest, progress: Progress) -> dict:
+def _target_loaders(manifest: PairManifest, progress: Progress, exact: bool) -> dict:
     """The pair's target, loaded alone on each CPU backend (for ``backend_choice.measure``)."""
     from .engine import CachedModel
     from .ggml.backend import GgmlModel
@@ -285,7 +290,7 @@ def _target_loaders(manifest: PairManifest, progress: Progress) -> dict:
     path = gguf_file(src, manifest.install_hint)  # a missing model fails here, in one line
 
     def on_ggml():
-        return GgmlModel(str(path))
+        return GgmlModel(str(path), padded=exact)
 
     def on_torch():
         folder = prepared_folder(manifest, src, "auto", progress)
@@ -298,10 +303,16 @@ def _target_loaders(manifest: PairManifest, progress: Progress) -> dict:
 
 
 def load_ggml_pair(
-    manifest: PairManifest, use_draft: bool, draft_mode: str, progress: Progress
+    manifest: PairManifest,
+    use_draft: bool,
+    draft_mode: str,
+    progress: Progress,
+    exact: bool = False,
 ) -> LoadedPair:
-    """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft."""
+    """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft; the
+    target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``)."""
     from .ggml.backend import GgmlModel, rows_are_exact
+    from .ggml.layout import GROUP
     from .models import gguf_file, tokenizer_folder
 
     verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml")
@@ -321,20 +332,23 @@ def load_ggml_pair(
     folder = tokenizer_folder(manifest.target, manifest.install_hint, progress)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
-    target = GgmlModel(str(paths[0]))
-    if not rows_are_exact(target):
+    target = GgmlModel(str(paths[0]), padded=exact)
+    if exact and not rows_are_exact(target):
         target.close()
         raise ModelError(
             "llama.cpp's kernels give a row different bits alone and in a wider pass on this "
             "CPU, so speculation would not be exact: use --backend torch"
         )
     draft = GgmlModel(str(paths[1]), padded=False) if with_draft else None
-    rows, text_tokens = target.max_pass_rows, min(m.text_tokens for m in (target, draft) if m)
+    text_tokens = min(m.text_tokens for m in (target, draft) if m)
     load_s = time.perf_counter() - t0
     stop_ids = stop_ids_of(tokenizer, manifest)
-    engine = build_engine(target, draft, stop_ids, draft_mode, verdict, skipped)
+    engine = build_engine(target, draft, stop_ids, draft_mode, verdict, skipped, exact)
     del target, draft
-    label = f"ggml (llama.cpp's kernels, passes of {rows} rows)"
+    if exact:
+        label = f"ggml exact (llama.cpp's kernels, every pass padded to whole {GROUP}-row groups)"
+    else:
+        label = "ggml (llama.cpp's fastest kernel for each pass width)"
     return LoadedPair(
         manifest=manifest,
         engine=engine,

@@ -59,7 +59,9 @@ def pair():
 
     # "on" keeps the draft loaded (with "auto" a CPU where it cannot pay releases it at load);
     # the tests then run the adaptive policy, and the draft test forces it on again.
-    pair = load_pair(draft_mode="on", progress=lambda m: None)
+    # exact: these tests hold speculative output to one-row greedy bit for bit, on whichever
+    # backend this machine runs (the fast configuration is tested below on its own terms)
+    pair = load_pair(draft_mode="on", progress=lambda m: None, exact=True)
     pair.engine.policy.draft_mode = "auto"
     # The running-cost recheck would release the draft after 32 passes on a CPU where it
     # cannot pay (an AMD EPYC at 35 GB/s did, failing the draft test); it is tested on its
@@ -244,8 +246,9 @@ def test_the_ggml_backend_is_exact_on_the_embedded_gguf():
     pytest.importorskip("llama_cpp")
     from codespec.runtime import load_pair
 
-    ggml = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
+    ggml = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None, exact=True)
     assert ggml.backend == "ggml" and not ggml.engine.calibration.pad_single_row
+    assert "exact" in ggml.quantization
     with flat_pass_costs(ggml):
         for text in (REAL_CODE + "        ", COPY_HEAVY):
             prompt = fim(ggml, text)
@@ -255,3 +258,34 @@ def test_the_ggml_backend_is_exact_on_the_embedded_gguf():
         assert spec.stats.accepted["ngram"] >= 6, spec.stats
         assert spec.stats.target_passes < plain.stats.target_passes
     assert "255" in ggml.tokenizer.decode(spec.tokens)  # the colours again, not noise
+
+
+def test_the_ggml_fast_configuration_decodes_lone_rows_and_speculates():
+    """Without --exact the target runs llama.cpp's fastest kernel for each width: a lone token
+    is a one-row pass (no padding rows), n-gram tokens are accepted in wider passes, and where
+    speculative output leaves one-row greedy's it is at a near-tie of the one-row logits (the
+    bench reports each such divergence with that margin)."""
+    pytest.importorskip("llama_cpp")
+    from codespec.runtime import load_pair
+
+    ggml = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
+    assert ggml.backend == "ggml" and "exact" not in ggml.quantization
+    assert not ggml.local.calibration.exact and not ggml.local.calibration.pad_single_row
+    target = ggml.local.target
+    assert not target.padded and target.max_pass_rows > 4
+    calls = []
+    decode = target.llama.decode
+    target.llama.decode = lambda nodes, abort=None: calls.append(len(nodes)) or decode(nodes, abort)
+    with flat_pass_costs(ggml):
+        prompt = fim(ggml, COPY_HEAVY)
+        plain = run(ggml, prompt, max_tokens=24, speculate=False)
+        passes = plain.stats.target_passes
+        assert passes > 8 and set(calls[-passes:]) == {1}  # one row per pass, no padding
+        spec = run(ggml, prompt, max_tokens=24)
+    assert spec.stats.accepted["ngram"] >= 6 and spec.stats.target_passes < passes
+    pairs = zip(spec.tokens, plain.tokens, strict=False)  # (one may have stopped sooner)
+    diverged = [i for i, (a, b) in enumerate(pairs) if a != b]
+    if diverged:  # allowed at a near-tie of one-row greedy's logits only
+        logits, _, _ = target.prefill(prompt + plain.tokens[: diverged[0]])
+        top = torch.topk(logits.float(), 2).values
+        assert float(top[0] - top[1]) < 0.5, (diverged[0], top)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import machine
+from ..engine.calibration import Calibration
 from ..files import FileError, parse_json, read_text
 from ..languages import LANGUAGES
 from ..memory import return_freed_memory
@@ -174,13 +175,14 @@ def run(args: argparse.Namespace, log=print) -> dict:
         progress=log,
         quantize=args.quantize,
         backend=args.backend,
+        exact=args.exact,
     )
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()
     log(
         f"{machine.cpu_kind()}: {pair.quantization}; "
         f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
-        f"one-row passes exact: {not pair.local.calibration.pad_single_row}"
+        f"{rows_text(pair.local.calibration)}"
     )
     settings = bench_settings(max_tokens)
     if args.prompt_seconds is not None:
@@ -200,6 +202,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
             device=pair.device,
             dtype=pair.dtype,
             quantization=pair.quantization,
+            exact_rows=pair.local.calibration.exact,
             one_row_exact=not pair.local.calibration.pad_single_row,
             prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
@@ -243,6 +246,13 @@ def run(args: argparse.Namespace, log=print) -> dict:
     return result
 
 
+def rows_text(calibration: Calibration) -> str:
+    """What the verifier promises on this run: bit-exact rows, or each width's fastest kernel."""
+    if not calibration.exact:
+        return "rows: each pass width's fastest kernel (a near-tie may round either way)"
+    return f"rows: exact (one-row passes exact alone: {not calibration.pad_single_row})"
+
+
 def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: int, log) -> dict:
     """``--repo``: repository holes, in-file context against workspace context (``repo.py``)."""
     from ..runtime import load_pair
@@ -256,6 +266,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
         progress=log,
         quantize=args.quantize,
         backend=args.backend,
+        exact=args.exact,
     )
     settings = bench_settings(max_tokens)
     if args.prompt_seconds is not None:

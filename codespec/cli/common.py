@@ -65,6 +65,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "auto (default): whichever this machine measured faster (once), ggml only where "
         "llama-cpp-python is installed and no --quantize is given",
     )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="ggml: pad every pass to the rows whose bits do not depend on its width, so "
+        "speculative output is bit for bit one-row greedy decoding's (slower; by default each "
+        "pass takes llama.cpp's fastest kernel, and a near-tie may round the other way)",
+    )
 
 
 def pair_of(args: argparse.Namespace):

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         progress=note,
         quantize=args.quantize,
         backend=args.backend,
+        exact=args.exact,
     )
     windows = {"prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens}
     settings = Settings(

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     manifest = pair_of(args)
     manifest = load_manifest(manifest) if isinstance(manifest, str) else manifest
     device = choose_device(args.device)
-    if choose_backend(manifest, device, args.backend, args.quantize, note) == "ggml":
+    if choose_backend(manifest, device, args.backend, args.quantize, note, args.exact) == "ggml":
         tokenizer_folder(manifest.target, manifest.install_hint, progress=note)
         for src in (manifest.target, manifest.draft):
             if src is not None:

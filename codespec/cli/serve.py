@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=note,
                 quantize=args.quantize,
                 backend=args.backend,
+                exact=args.exact,
             )
 
     daemon = Daemon(

@@ -69,6 +69,7 @@ class Engine:
         ngram: NgramProposer | None = None,
         draft_threshold: float = 0.6,
         free_threads: Callable[[], int] | None = None,
+        exact: bool = True,
     ) -> None:
         self.target = target
         # threads for the next request: one fewer per core other processes keep busy
@@ -87,7 +88,7 @@ class Engine:
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")
         self.policy.costs.use_threads(self.max_threads)  # what calibration will measure
         self.lock = threading.Lock()  # one generation at a time owns the caches
-        self.calibration = Calibration()
+        self.calibration = Calibration(exact=exact)
         self.draft_life = DraftLife()
         self.warm_ups = WarmUps(target, self.lock, self.stop_ids, self.calibration)
 
@@ -248,11 +249,12 @@ class Engine:
         """Logits at [pending] + every node, from one target forward pass (``stop``: see
         ``TargetBackend.forward``), and the rows that pass computed.
 
-        Where a one-row pass rounds differently from wider ones (dense bf16 GEMMs on some CPUs;
-        ``calibrate`` checks), a lone pending token gets a padding row after it, whose logits
-        are ignored and whose cache entry ``keep`` drops: plain decoding (one token per pass)
-        then stays bit-identical to verification (see ``attention.py``). Where one-row passes
-        are exact anyway (the int4/int8 kernels compute each row alone), no padding is paid.
+        Where exact rows are asked for and a one-row pass rounds differently from wider ones
+        (dense bf16 GEMMs on some CPUs; ``calibrate`` checks), a lone pending token gets a
+        padding row after it, whose logits are ignored and whose cache entry ``keep`` drops:
+        plain decoding (one token per pass) then stays bit-identical to verification (see
+        ``attention.py``). Where one-row passes are exact anyway (the int4/int8 kernels compute
+        each row alone), or exactness is not asked for, no padding is paid.
 
         Where the pending token's row was computed ahead (``look_ahead``: the target's choice
         after a prompt it computed ahead), its logits come from there and the pass computes

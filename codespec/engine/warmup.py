@@ -87,10 +87,12 @@ class WarmUps:
         them starts from its logits. Three passes: the ``AHEAD_FIRST`` likeliest prompts, the
         rest, and the target's greedy next token after each. Returns the rows computed.
 
-        Only where a one-row pass computes a row exactly as a wider one does (``calibrate``):
-        the rows computed ahead are then the very rows a prefill would compute, and a
-        completion is the same whether or not it was looked ahead. ``stop`` ends it between two
-        decoder layers (a pass stopped keeps nothing; the passes before it stay)."""
+        Only where a lone row is not padded (``calibrate``): a one-row pass then computes a row
+        exactly as a wider one does, so the rows computed ahead are the very rows a prefill
+        would compute and a completion is the same whether or not it was looked ahead; or
+        exactness is not asked for, and the rows computed ahead are the target's own in the
+        pass that computed them. ``stop`` ends it between two decoder layers (a pass stopped
+        keeps nothing; the passes before it stay)."""
         if self.calibration.pad_single_row or len(prompt) < 2:
             return 0
         with self.lock:

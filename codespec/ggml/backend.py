@@ -1,21 +1,26 @@
 """The ggml target backend: the seam of ``engine/backend.py`` over llama.cpp's CPU kernels.
 
-Exactness. Speculation is exact only if a row of a verification pass is the same bits as the
-row plain decoding computes for that position. llama.cpp picks kernels by the width of a pass:
-with its repacked 4-bit weights a lone row goes through a GEMV kernel and groups of four rows
-through a GEMM kernel, whose sums round differently; the tiled path joins at eight rows, and
-flash attention takes a split-K/V path for a lone row over a long cache. So every pass here is
-padded to a whole number of four-row groups (rows no one reads, under a sequence of their own,
-freed after the pass): every row of every decode pass, plain or speculative, is then a GEMM
-row, and a row's numbers do not depend on the others in its pass. Where llama.cpp's tiled path
-is on (its default), passes stay at four rows; with ``GGML_CPU_TILED_MM=0`` they may be wider.
-``benchmarks/ggml_invariance.py`` measures which settings are exact and what they cost
-(``docs/benchmarks.md``, "ggml as a verifier"); ``rows_are_exact`` checks it at load.
+Speed or exactness. llama.cpp picks kernels by the width of a pass: with its repacked 4-bit
+weights a lone row goes through a GEMV kernel and groups of four rows through a GEMM kernel,
+whose sums round differently; the tiled path joins at eight rows, and flash attention takes a
+split-K/V path for a lone row over a long cache. By default (``padded=False``) every pass takes
+the fastest kernel for its width: a lone token costs what it costs llama.cpp itself, and a row
+of a wider verification pass may round a near-tie the other way from one-row decoding (the
+bench counts such holes and shows each divergence's margin: ``docs/benchmarks.md``).
+
+Where exact rows are asked for (``padded=True``, ``--exact``), every pass is padded to a whole
+number of four-row groups (rows no one reads, under a sequence of their own, freed after the
+pass): every row of every decode pass, plain or speculative, is then a GEMM row, and a row's
+numbers do not depend on the others in its pass, so speculative output is bit for bit plain
+greedy decoding's. Where llama.cpp's tiled path is on (its default), such passes stay at four
+rows; with ``GGML_CPU_TILED_MM=0`` they may be wider. ``benchmarks/ggml_invariance.py``
+measures which settings are exact and what they cost (``docs/benchmarks.md``, "ggml as a
+verifier"); ``rows_are_exact`` checks it at load.
 
 Prefill chunks are not padded: their rows may round differently from a decode pass's, but
 plain and speculative decoding of a request start from the same prefilled cache, so they still
-agree token for token. A prompt's last ids (up to a group) are a padded pass, so its logits do
-not depend on how the rest was chunked.
+agree token for token. With exact rows a prompt's last ids (up to a group) are a padded pass,
+so its logits do not depend on how the rest was chunked.
 
 Trees. One sequence per leaf, each node in the sequences of every leaf below it, the cached
 text shared with them (llama.cpp's mask shows a cell to a row when the cell carries the row's
@@ -28,8 +33,8 @@ restored, contiguous) or the place is parked.
 Places. The other places' caches are parked as bytes (``llama_state_seq_get_data``) within the
 slot pool's budget (``engine/slots.py``); going back restores them.
 
-Look-ahead. The prompts of the next keystrokes are computed ahead in padded passes of their
-own, each under a leaf sequence (``ahead.py``).
+Look-ahead. The prompts of the next keystrokes are computed ahead in passes of their own
+(padded with exact rows), each under a leaf sequence (``ahead.py``).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ class GgmlModel:
         parked_budget_bytes: int = PARKED_BUDGET_BYTES,
     ) -> None:
         self.llama = LlamaContext(path, settings or Settings(n_seq_max=SEQUENCES))
-        self.padded = padded  # the target pads (exactness); a draft runs lone rows (speed)
+        self.padded = padded  # exact rows (``--exact``); a draft always runs lone rows
         self.max_pass_rows = pass_rows_limit() if padded else self.llama.settings.n_batch
         self.ids: list[int] = []
         self.prefill_chunk = self.llama.settings.n_batch

@@ -193,15 +193,17 @@ def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
         events.append("torch")
         return CachedModel(tiny_qwen2(0, vocab=2048))
 
-    assert backend_choice.cached(manifest) is None
-    prices = backend_choice.measure(manifest, lambda m: None, {"ggml": on_ggml, "torch": on_torch})
+    assert backend_choice.cached(manifest, exact=False) is None
+    loaders = {"ggml": on_ggml, "torch": on_torch}
+    prices = backend_choice.measure(manifest, lambda m: None, loaders, exact=False)
     assert events == ["ggml", "ggml closed", "torch"]
     assert set(prices) == {"ggml", "torch"} and all(p > 0 for p in prices.values())
-    assert backend_choice.cached(manifest) == pytest.approx(prices, abs=1e-4)
+    assert backend_choice.cached(manifest, exact=False) == pytest.approx(prices, abs=1e-4)
     assert backend_choice.faster(prices) == min(prices, key=prices.get)
+    assert backend_choice.cached(manifest, exact=True) is None  # measured apart: other passes
 
-    backend_choice.verdict_file(manifest).write_text('{"not": "figures"')
-    assert backend_choice.cached(manifest) is None
+    backend_choice.verdict_file(manifest, exact=False).write_text('{"not": "figures"')
+    assert backend_choice.cached(manifest, exact=False) is None
 
 
 def test_the_engine_runs_on_the_free_cores_and_a_row_does_not_depend_on_them(tiny_gguf):
