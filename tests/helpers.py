@@ -181,6 +181,7 @@ def write_tiny_gguf(
     seed: int = 0,
     quantized: bool = False,
     live_tokens: range | None = None,
+    split_max_tensors: int = 0,
 ) -> Path:
     """A tiny random Qwen2 as a GGUF file (the ``gguf`` package writes it), with the real
     Qwen2.5-Coder tokenizer copied from the embedded GGUF: a real llama.cpp server loads it in
@@ -191,7 +192,9 @@ def write_tiny_gguf(
     (Q8_0), the nearest the ``gguf`` package writes to the real model's Q4_K/Q6_K (it cannot
     write K-quants), so that llama.cpp runs its quantized (and repacked) kernels on them.
     ``live_tokens``: the only tokens it predicts (the others' output weights are zero), so that
-    its text repeats as a small vocabulary's does and n-gram lookup finds spans in it."""
+    its text repeats as a small vocabulary's does and n-gram lookup finds spans in it.
+    ``split_max_tensors``: written as a split model of parts holding that many tensors each
+    (``NAME-00001-of-0000N.gguf``, as ``llama-gguf-split`` names them); the first is returned."""
     import numpy as np
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
@@ -211,7 +214,7 @@ def write_tiny_gguf(
 
     tokens = field("tokenizer.ggml.tokens")
     vocab, heads, kv_heads, ff = len(tokens), 4, 2, 2 * hidden
-    writer = GGUFWriter(str(path), "qwen2")
+    writer = GGUFWriter(str(path), "qwen2", split_max_tensors=split_max_tensors)
     writer.add_context_length(4096)
     writer.add_embedding_length(hidden)
     writer.add_block_count(layers)
@@ -283,11 +286,12 @@ def write_tiny_gguf(
         add_matrix(f"{block}.ffn_gate.weight", ff, hidden)
         add_matrix(f"{block}.ffn_up.weight", ff, hidden)
         add_matrix(f"{block}.ffn_down.weight", hidden, ff)
+    parts = writer.format_shard_names(path)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
+    return parts[0]
 
 
 def lay_out_stores(home: Path, model: Path) -> dict[str, Path]:

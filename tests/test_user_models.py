@@ -168,14 +168,49 @@ def test_a_file_that_is_not_a_model_is_one_line(tmp_path, tiny, content):
     with pytest.raises(ModelError) as refused:
         read_gguf_info(path)
     assert "\n" not in str(refused.value) and str(path) in str(refused.value)
+    source = tmp_path / "x.py"
+    source.write_text("x = 1\n")
     result = subprocess.run(
-        [sys.executable, "-m", "codespec", "complete", "x.py:1:1", "--model", str(path)],
+        [sys.executable, "-m", "codespec", "complete", f"{source}:1:1", "--model", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "codespec: error:" in result.stderr
+    assert result.stderr.count("\n") == 1 and f"codespec: error: {path}" in result.stderr
+
+
+def test_a_split_model_is_named_by_its_first_part_and_completes(tmp_path):
+    """A model in parts (``-00001-of-0000N.gguf``): listed once, by its first part, with the
+    size of all its parts; it completes by that name (llama.cpp loads the other parts). A later
+    part named, or a part missing, is one line and exit status 2."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    first = write_tiny_gguf(folder / "tiny-split.gguf", split_max_tensors=8)
+    parts = sorted(folder.iterdir())
+    assert first.name == f"tiny-split-00001-of-{len(parts):05d}.gguf" and len(parts) >= 3
+    found = find_models(folders=(str(folder),), home=tmp_path / "nobody", env={})
+    assert [m.name for m in found] == [str(first)]
+    assert read_gguf_info(first).bytes == sum(p.stat().st_size for p in parts)
+    report = complete_with(str(first), tmp_path / "home", tmp_path)
+    assert report["tokens"] > 0
+
+    source = tmp_path / "x.py"
+    source.write_text("x = 1\n")
+
+    def refused(model: Path) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "codespec", "complete", f"{source}:1:1", "--model", str(model)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        return result.stderr
+
+    assert "name its first part" in refused(parts[1])
+    parts[-1].rename(tmp_path / "away.gguf")
+    assert f"part {len(parts)} of {len(parts)}" in refused(first)
 
 
 def place(source: Path, target: Path) -> None:

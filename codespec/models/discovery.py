@@ -18,8 +18,8 @@ Reading is read-only and bounded: only regular ``.gguf`` files (and Ollama blobs
 name) whose real path stays inside their store (the Hugging Face cache links snapshots to its
 own blobs; a link out of a store is not followed), at most ``MAX_ENTRIES`` entries looked at per
 store, and nothing but a manifest's JSON and a file's first bytes read here (``gguf_info``
-reads the metadata). Split files (``-00001-of-00003.gguf``) are left out: llama.cpp loads them
-from the first part, which this does not yet do.
+reads the metadata). A split model (``-00001-of-00003.gguf``) is found by its first part, the
+name llama.cpp loads it by; its other parts are not listed.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import FileError, parse_json, read_text
+from .gguf_info import SPLIT_PART
 
 MAX_ENTRIES = 20_000  # directory entries looked at per store
 MAX_MANIFEST_BYTES = 64 * 1024
 MIN_MODEL_BYTES = 1 << 20  # smaller "models" are tokenizer-only files, not worth listing
-SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 
 
@@ -116,11 +116,17 @@ def _ggufs_below(folder: Path, store_root: Path, max_depth: int) -> Iterator[tup
     """(path relative to ``folder``, real path) of each whole GGUF model file below it whose
     real path stays inside ``store_root``."""
     for path in _walk(folder, max_depth):
-        if not path.name.lower().endswith(".gguf") or SPLIT.search(path.name):
+        if not path.name.lower().endswith(".gguf") or _later_part(path.name):
             continue
         real = _inside(path, store_root)
         if real is not None:
             yield path.relative_to(folder).as_posix(), real
+
+
+def _later_part(name: str) -> bool:
+    """Whether ``name`` is a split model's second or later part (its first part names it)."""
+    match = SPLIT_PART.fullmatch(name)
+    return match is not None and int(match["part"]) > 1
 
 
 def _gguf_files(store: str, root: Path) -> Iterator[FoundModel]:

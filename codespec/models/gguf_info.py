@@ -7,6 +7,10 @@ families (Qwen2.5/Qwen3-Coder, CodeLlama, StarCoder2, DeepSeek-Coder, Codestral,
 
 Before llama.cpp sees a file, its first bytes must say GGUF and its size must hold a header: a
 file that is not a model gets one line (``ModelError``), not whatever llama.cpp makes of it.
+
+A model split into parts (``NAME-00001-of-00003.gguf``, as ``llama-gguf-split`` writes and the
+Hugging Face repositories of large models ship) is named by its first part: llama.cpp loads the
+others from beside it. Every part must be there, and its size is theirs together.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,6 +36,9 @@ ENDS = ("<|endoftext|>", "▁<EOT>", "<EOT>", "<|fim_pad|>", "<fim_pad>")
 MIN_BYTES = 24  # magic, version, tensor count, key count
 META_BYTES = 512  # the longest metadata value read back (names, numbers)
 SPECIAL_ATTRIBUTES = 1 << 3 | 1 << 4  # llama.cpp's CONTROL | USER_DEFINED token attributes
+# a part of a split model, as llama.cpp names them (``llama_split_path``)
+SPLIT_PART = re.compile(r"(?P<stem>.+)-(?P<part>[0-9]{5})-of-(?P<parts>[0-9]{5})\.gguf", re.I)
+MAX_PARTS = 256
 
 
 @dataclass(frozen=True)
@@ -75,13 +83,36 @@ def check_gguf_file(path: Path) -> os.stat_result:
     return info
 
 
+def split_parts(path: Path) -> list[Path]:
+    """The files of the model ``path`` names: itself, or for the first part of a split model
+    every part, in order. A later part, or a split model with a part missing, is one line."""
+    match = SPLIT_PART.fullmatch(path.name)
+    if match is None or int(match["parts"]) == 1:
+        return [path]
+    part, parts = int(match["part"]), int(match["parts"])
+    if not 1 <= part <= parts <= MAX_PARTS:
+        raise ModelError(f"{path}: not a part of a split model llama.cpp would load")
+    if part != 1:
+        first = path.with_name(f"{match['stem']}-00001-of-{match['parts']}.gguf")
+        raise ModelError(f"{path}: part {part} of a split model; name its first part, {first}")
+    names = [
+        path.with_name(f"{match['stem']}-{i:05d}-of-{match['parts']}.gguf")
+        for i in range(1, parts + 1)
+    ]
+    for i, name in enumerate(names[1:], start=2):
+        if not name.exists():
+            raise ModelError(f"{path}: part {i} of {parts} of this split model is missing")
+    return names
+
+
 def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
     """What ``path`` holds (the module's docstring); ``ModelError`` in one line otherwise.
     Read once per file as it is now: choosing a model, pairing its draft and checking memory
     before loading all ask about the same files."""
     path = Path(path)
-    info = check_gguf_file(path)
-    return _read(path, info.st_size, info.st_mtime_ns)
+    stats = [check_gguf_file(part) for part in split_parts(path)]
+    size = sum(s.st_size for s in stats)
+    return _read(path, size, max(s.st_mtime_ns for s in stats))
 
 
 @lru_cache(maxsize=64)
