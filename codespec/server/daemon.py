@@ -1,9 +1,8 @@
 """``codespec serve``: the resident daemon. One model, many editor sessions.
 
 It listens on a unix socket (mode 0600, in the user runtime dir) and optionally on TCP, bound to
-127.0.0.1 unless the user explicitly allows another address. A TCP connection must first send
-``codespec/auth`` with the token from a 0600 file in the user config dir (compared in constant
-time), or it is closed before anything is dispatched. The socket is up at once; the model loads
+127.0.0.1 unless the user explicitly allows another address; a TCP connection must present the
+token first (``tcp_auth.py``). The socket is up at once; the model loads
 in the background, and requests wait for it.
 """
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import logging
 import os
 import signal
@@ -24,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import parse_json, write_private
+from ..files import write_private
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
@@ -34,10 +32,10 @@ from ..workspace.index import Workspaces
 from . import folders
 from .config import Settings
 from .counters import worker_stats
-from .endpoint import AUTH, AUTH_REFUSED, TOKEN_FORMAT, check_socket_path, claim_socket
-from .framing import FramingError, frame, read_frame
+from .endpoint import check_socket_path, claim_socket
 from .handlers import STATUS
 from .session import CodespecServer, create_session, serve_connection
+from .tcp_auth import TokenDoor
 from .worker import ModelUnavailable, Worker
 
 if TYPE_CHECKING:
@@ -45,9 +43,6 @@ if TYPE_CHECKING:
     from .http.app import Admission
 
 log = logging.getLogger("codespec.daemon")
-AUTH_TIMEOUT_S = 5.0  # an unauthenticated peer gets this long to send its token ...
-AUTH_MAX_BODY = 4096  # ... in a frame this small
-MAX_UNAUTHENTICATED = 16  # connections waiting to authenticate at once; more are closed
 
 
 @dataclass
@@ -95,7 +90,6 @@ class Daemon:
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
         # connections still to authenticate (TCP), oldest first: their writers
-        self.unauthenticated: dict[asyncio.StreamWriter, None] = {}
         # the engine's state as the editors' status shows it (a remote engine's reachability,
         # and once loaded the model's label)
         self.engine_status: dict = {"state": "ready", "message": ""}
@@ -183,26 +177,10 @@ class Daemon:
             except Exception as exc:  # a closing session
                 log.debug("status not sent: %s", exc)
 
-    async def handle(self, reader, writer, token: str | None = None) -> None:
-        """One connection: authenticate (TCP), then run an LSP session on it."""
-        if token is not None:
-            if len(self.unauthenticated) >= MAX_UNAUTHENTICATED:
-                # make room by closing the connection that has waited longest: a local user
-                # holding idle connections cannot lock real clients out (they authenticate
-                # at once; an idle one waits AUTH_TIMEOUT_S at most anyway)
-                oldest = next(iter(self.unauthenticated))
-                del self.unauthenticated[oldest]
-                oldest.close()
-            self.unauthenticated[writer] = None
-            try:
-                verdict = await _authenticated(reader, token)
-            finally:
-                self.unauthenticated.pop(writer, None)
-            if verdict is not True:
-                if verdict == AUTH_REFUSED:  # it spoke the protocol: tell it why it is closed
-                    writer.write(frame({"jsonrpc": "2.0", "method": AUTH_REFUSED, "params": {}}))
-                writer.close()
-                return
+    async def handle(self, reader, writer, door: TokenDoor | None = None) -> None:
+        """One connection: through the ``door`` (TCP), then an LSP session on it."""
+        if door is not None and not await door.admit(reader, writer):
+            return
         ls = create_session(
             self.worker,
             self.settings,
@@ -285,25 +263,6 @@ class Daemon:
         return f" | accepted {accepted}/{shown} shown{rate}"
 
 
-async def _authenticated(reader: asyncio.StreamReader, token: str) -> bool | str:
-    """True when the first frame, small and prompt, is ``codespec/auth`` with the token;
-    ``AUTH_REFUSED`` when it is a well-formed ``codespec/auth`` with another token (a relay
-    whose token changed: it is told); False for anything else (closed without a word)."""
-    try:
-        body = await asyncio.wait_for(read_frame(reader, AUTH_MAX_BODY), AUTH_TIMEOUT_S)
-        message = parse_json(body) if body else None
-    except (TimeoutError, FramingError, ValueError):
-        log.debug("connection closed: no valid codespec/auth frame")
-        return False
-    if not isinstance(message, dict) or message.get("method") != AUTH:
-        return False
-    params = message.get("params")
-    offered = params.get("token") if isinstance(params, dict) else None
-    if not isinstance(offered, str) or not TOKEN_FORMAT.fullmatch(offered):
-        return False  # an empty or malformed token never gets as far as a comparison
-    return hmac.compare_digest(offered.encode(), token.encode()) or AUTH_REFUSED
-
-
 async def _listen(
     daemon: Daemon,
     socket_path: Path,
@@ -327,8 +286,10 @@ async def _listen(
     if tcp_port is not None:
         assert token is not None
 
+        door = TokenDoor(token)
+
         async def on_tcp(reader, writer):
-            await daemon.handle(reader, writer, token=token)
+            await daemon.handle(reader, writer, door)
 
         try:
             servers.append(await asyncio.start_server(on_tcp, tcp_host, tcp_port))

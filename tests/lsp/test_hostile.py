@@ -19,7 +19,7 @@ import pytest
 from lsp_helpers import SOCKET, free_port, start_daemon, wait_for_model, wait_for_socket
 from rpc import RawClient, did_open, inline_request, relay_client, unix_client
 
-from codespec.server.daemon import AUTH_MAX_BODY, MAX_UNAUTHENTICATED
+from codespec.server.tcp_auth import AUTH_MAX_BODY, MAX_UNAUTHENTICATED
 
 LEAKS = ("Traceback", 'File "', "Error:", "/work/", "/tmp/", "/etc/")
 
