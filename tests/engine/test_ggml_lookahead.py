@@ -170,3 +170,29 @@ def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(tiny_g
     assert not any(engine.target.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1]))
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead
+
+
+def test_the_fast_configuration_looks_ahead_in_unpadded_passes(tiny_gguf):
+    """Without exact rows (the default): the look-ahead runs, its passes are not padded to
+    whole groups, a prompt computed ahead is served without a pass, and the completion from it
+    is the target's own choice after those logits, with the cache it leaves usable."""
+    target = GgmlModel(str(tiny_gguf), padded=False, settings=Settings(n_ctx=1024, n_seq_max=19))
+    engine = Engine(target, policy=SpeculationPolicy(), exact=False)
+    engine.calibrate()
+    assert not engine.calibration.pad_single_row
+    params = GenerationParams(max_tokens=8)
+    engine.generate(PROMPT, params).run()
+    widths: list[int] = []
+    decode = target.llama.decode
+    target.llama.decode = lambda nodes, abort=None: (
+        widths.append(len(nodes)) or decode(nodes, abort)
+    )
+    assert engine.look_ahead(PROMPT, next_of, StopSignal()) > 5
+    assert any(w % 4 for w in widths)  # (padded passes are whole groups of four rows)
+    ids = next_of(engine.warm_ups.prompt_logits[1])[0]
+    logits = target.ahead_logits(ids)
+    assert logits is not None
+    generation = engine.generate(ids, params)
+    tokens = generation.run()
+    assert generation.stats.ahead and tokens[0] == int(torch.argmax(logits))
+    assert len(engine.generate(ids + tokens, params).run()) > 0
