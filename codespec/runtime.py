@@ -315,7 +315,8 @@ def load_ggml_pair(
     from .ggml.layout import GROUP
     from .models import gguf_file, tokenizer_folder
 
-    verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml")
+    # (a draft step is weighed against a target pass: padded passes cost more than lone rows)
+    verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml-exact" if exact else "ggml")
     skipped = _draft_skipped(verdict, use_draft, draft_mode)
     with_draft = use_draft and manifest.draft is not None and skipped is None
     paths = [gguf_file(manifest.target, manifest.install_hint)]
