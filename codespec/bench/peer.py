@@ -243,9 +243,10 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
         + (
             "."
             if s["llama.cpp plain matches codespec plain"] == s["holes"]
-            else " (other kernels round differently: on torch, llama.cpp rounds activations to "
-            "8 bits in its dot products; on ggml, a lone row takes its GEMV kernel where "
-            "codespec's padded rows take the GEMM one)."
+            else " (other kernels or passes round differently: on torch, llama.cpp rounds "
+            "activations to 8 bits in its dot products; on ggml the prompts are computed in "
+            "other chunks, and with --exact codespec's padded rows take the GEMM kernel where a "
+            "lone row takes the GEMV one)."
         ),
         f"- llama.cpp prompt lookup output identical to its own greedy: "
         f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
