@@ -2,8 +2,8 @@
 
 It listens on a unix socket (mode 0600, in the user runtime dir) and optionally on TCP, bound to
 127.0.0.1 unless the user explicitly allows another address; a TCP connection must present the
-token first (``tcp_auth.py``). The socket is up at once; the model loads
-in the background, and requests wait for it.
+token first (``tcp_auth.py``). The socket is up at once; the model loads in the background, and
+requests wait for it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ class Daemon:
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
-        # connections still to authenticate (TCP), oldest first: their writers
         # the engine's state as the editors' status shows it (a remote engine's reachability,
         # and once loaded the model's label)
         self.engine_status: dict = {"state": "ready", "message": ""}
