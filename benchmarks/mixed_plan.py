@@ -25,12 +25,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codespec.machine import cpu_kind, cpu_model  # noqa: E402
-from codespec.models import load_manifest  # noqa: E402
+from codespec.models import (
+    load_manifest,  # noqa: E402
+    prepared_folder,  # noqa: E402
+)
 from codespec.quant.fusion import FUSE_GROUPS, stacked  # noqa: E402
 from codespec.quant.kernels import TWO_DIGIT_PROJECTIONS  # noqa: E402
 from codespec.quant.layers import Int4Weight, QuantLinear  # noqa: E402
 from codespec.quant.load import read_stored  # noqa: E402
-from codespec.runtime import prepared_folder  # noqa: E402
 
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 PROJECTIONS += ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")

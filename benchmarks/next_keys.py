@@ -17,7 +17,7 @@ import random
 import sysconfig
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from codespec.completion import CompletionOptions, prompt_at
 from codespec.lookahead import likely_next_chars
@@ -67,7 +67,7 @@ def main() -> None:
                 cursor = Cursor(before + truth[:k], after)
                 prompt, anchor = prompt_at(pair, cursor, options, path.name, (), anchor)
                 logits, _, _ = target.prefill(prompt)
-                shown = tokenizer.decode([int(torch.argmax(logits))])[:1]
+                shown = tokenizer.decode([int(np.argmax(logits))])[:1]
                 if truth[k] == shown:
                     through += 1
                     continue

@@ -29,8 +29,11 @@ from codespec.bench.main import holes_from  # noqa: E402
 from codespec.bench.runner import bench_settings, prompt_ids  # noqa: E402
 from codespec.engine.acceptance import evidence_bucket  # noqa: E402
 from codespec.engine.ngram import NgramProposer  # noqa: E402
-from codespec.models import load_manifest, load_tokenizer  # noqa: E402
-from codespec.runtime import prepared_folder  # noqa: E402
+from codespec.models import (  # noqa: E402
+    load_manifest,
+    load_tokenizer,
+    prepared_folder,  # noqa: E402
+)
 
 
 def tokenizing_pair():

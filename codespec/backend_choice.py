@@ -1,12 +1,14 @@
-"""Which backend runs a GGUF pair's target on this CPU: measured once per machine, then read.
+"""Which backend runs a GGUF pair's target exactly on this CPU: measured once per machine,
+then read.
 
-``--backend auto`` on a CPU with llama-cpp-python installed times the target on both backends
-the first time (a ggml pass runs llama.cpp's fastest kernel for its width, or with ``--exact``
-is padded to whole row groups; a torch pass runs its int4/int8 kernels: which is cheaper
-differs by CPU, ``docs/benchmarks.md``, "ggml against torch") and keeps the figures beside the
-kernel plans, keyed by the processor, its kernel flags, torch's version and the thread count
-(``quant.kernels.machine_fingerprint``), by the target file and by whether ggml ran exact. A
-later start reads them. Deleting the file measures again.
+Without ``--exact``, ``auto`` runs ggml, whose fastest kernels beat torch's on every kind of
+CPU measured (``runtime.choose_backend``). With ``--exact`` every ggml pass is padded to whole
+row groups, which costs more on some CPUs than torch's int4/int8 kernels do (``docs/
+benchmarks.md``, "ggml against torch"), so ``--backend auto --exact`` on a CPU with
+llama-cpp-python installed times the target on both backends the first time and keeps the
+figures beside the kernel plans, keyed by the processor, its kernel flags, the kernels'
+packages and the cores (``machine.machine_fingerprint``), by the target file and by whether
+ggml ran exact. A later start reads them. Deleting the file measures again.
 
 What is compared: a small request after ``CONTEXT`` cached tokens, its prompt's new tokens
 prefilled and a few tokens decoded (``_price``).
@@ -20,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .engine.timing import pass_seconds
-from .files import FileError, parse_json, read_owned_text
+from .files import FileError, parse_json, read_owned_text, write_atomically
+from .machine import machine_fingerprint
 from .models import PairManifest, Progress, cache_root
-from .quant.kernels import machine_fingerprint, write_atomically
 
 CONTEXT = 512
 PREFILL = 64
@@ -97,3 +99,25 @@ def _remember(path: Path, prices: dict) -> None:
         saved = {}
     saved[machine_fingerprint()] = {b: round(prices[b], 4) for b in BACKENDS}
     write_atomically(path, json.dumps(saved, indent=1))
+
+
+def target_loaders(manifest: PairManifest, progress: Progress, exact: bool) -> dict:
+    """The pair's target, loaded alone on each CPU backend (for ``measure``)."""
+    from .engine.kvcache import CachedModel
+    from .ggml.backend import GgmlModel
+    from .models import gguf_file, load_model, prepared_folder
+
+    src = manifest.target
+    path = gguf_file(src, manifest.install_hint)  # a missing model fails here, in one line
+
+    def on_ggml():
+        return GgmlModel(str(path), padded=exact)
+
+    def on_torch():
+        folder = prepared_folder(manifest, src, "auto", progress)
+        model, _, _ = load_model(src, folder, "auto", manifest.dtype, "cpu")
+        target = CachedModel(model)
+        target.use_width_independent_rows()
+        return target
+
+    return {"ggml": on_ggml, "torch": on_torch}

@@ -258,6 +258,8 @@ def suffix_span(pair: LoadedPair, prompt: list[int]) -> tuple[int, int] | None:
         return None
     suffix_id = tokenizer.convert_tokens_to_ids(tokens.fim_suffix)
     middle_id = tokenizer.convert_tokens_to_ids(tokens.fim_middle)
+    if suffix_id is None or middle_id is None:
+        return None
     try:
         start = len(prompt) - 1 - prompt[::-1].index(suffix_id)
         end = len(prompt) - prompt[::-1].index(middle_id)

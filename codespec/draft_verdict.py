@@ -4,7 +4,7 @@ Calibration at load times a draft step against a target pass; where the draft's 
 too much of a pass, it is released at once, and loading it only to drop it would slow every
 start on that machine (``docs/benchmarks.md``, "The draft on a CPU"). The verdict is kept beside the
 kernel plans, keyed like them by processor, flags, torch version and threads
-(``quant.kernels.machine_fingerprint``), and by the pair, device and quantization.
+(``machine.machine_fingerprint``), and by the pair, device and quantization.
 ``--draft on`` still loads the draft (and records nothing); deleting the file measures again.
 """
 
@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 from .engine.calibration import draft_cost_note
-from .files import FileError, parse_json, read_owned_text
+from .files import FileError, parse_json, read_owned_text, write_atomically
+from .machine import machine_fingerprint
 from .models import PairManifest, cache_root
-from .quant.kernels import machine_fingerprint, write_atomically
 
 
 def verdict_file(manifest: PairManifest, device: str, mode: str) -> Path | None:

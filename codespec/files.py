@@ -168,3 +168,16 @@ def parse_toml(text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except RecursionError:
         raise tomllib.TOMLDecodeError("nested too deeply to read") from None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Best effort, for caches of measurements: one that cannot be written only means
+    measuring again next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with os.fdopen(create_new(tmp, 0o644), "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass

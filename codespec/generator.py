@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import torch
-
 from .engine import Generation, GenerationParams, StopRule, StopSignal
+from .engine.tree import Logits
 
 
 class Reachability(Protocol):
@@ -73,6 +72,6 @@ class Warming(Protocol):
     def look_ahead(
         self,
         prompt: list[int],
-        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        next_prompts: Callable[[Logits], list[list[int]]],
         stop: StopSignal,
     ) -> int: ...

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+import numpy as np
 
+from .engine.tree import Logits
+from .engine.verify import logits_to_probs
 from .prompt import Anchor, extend_anchor
 
 # how many of the model's likeliest tokens are read for their first characters
@@ -23,7 +25,7 @@ TOP_TOKENS = 64
 
 
 def likely_next_chars(
-    tokenizer: Any, logits: torch.Tensor, count: int, skip: str = "", top: int = TOP_TOKENS
+    tokenizer: Any, logits: Logits, count: int, skip: str = "", top: int = TOP_TOKENS
 ) -> list[str]:
     """Up to ``count`` characters, likeliest first, that the next token begins with (the
     probability of the ``top`` likeliest tokens summed by first character). ``skip``: a
@@ -31,8 +33,11 @@ def likely_next_chars(
     newlines are never listed (they end an anchored prompt), nor special tokens' text."""
     if count <= 0:
         return []
-    probs = torch.softmax(logits.float(), dim=-1)
-    values, ids = torch.topk(probs, min(top, probs.shape[-1]))
+    probs = logits_to_probs(logits, 1.0)
+    k = min(top, probs.shape[-1])
+    ids = np.argpartition(probs, -k)[-k:]
+    ids = ids[np.argsort(probs[ids])[::-1]]  # the ``top`` likeliest, likeliest first
+    values = probs[ids]
     special = set(getattr(tokenizer, "all_special_ids", ()))
     base = getattr(tokenizer, "vocab_size", None)
     mass: dict[str, float] = {}

@@ -9,6 +9,8 @@ without one (macOS, a sandbox) gets the platform's word and no flags.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import os
 import platform
 import sys
@@ -65,6 +67,24 @@ def has_native_bf16() -> bool:
     if not _cpuinfo():
         return sys.platform == "darwin"  # Apple silicon has bf16 (M2 and later); best effort
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def package_version(name: str) -> str | None:
+    """An installed package's version, read from its metadata (the package is not imported:
+    importing torch would map it into a daemon that never uses it)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_fingerprint() -> str:
+    """Processor model, the flags that change kernels, the kernels' packages (torch,
+    llama-cpp-python) and the cores: what a measured choice of kernels or backends holds for."""
+    flags = " ".join(kernel_flags())
+    packages = f"{package_version('torch')}|{package_version('llama_cpp_python')}"
+    text = f"{cpu_model()}|{flags}|{packages}|{usable_cores()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def usable_cores() -> int:

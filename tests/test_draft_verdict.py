@@ -20,13 +20,13 @@ def pair_with_draft(tiny_manifest: Path, tmp_path: Path, monkeypatch) -> tuple[P
     manifest.write_text(text + target.replace("[target]", "[draft]"))
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
     loaded: list[str] = []
-    real_load = runtime._load_model
+    real_load = runtime.load_model
 
     def logged(src, *args):
         loaded.append(src.label)
         return real_load(src, *args)
 
-    monkeypatch.setattr(runtime, "_load_model", logged)
+    monkeypatch.setattr(runtime, "load_model", logged)
     return manifest, loaded
 
 

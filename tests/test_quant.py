@@ -9,7 +9,8 @@ import pytest
 import torch
 from helpers import as_w8a8, naive_greedy, tiny_qwen2
 
-from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer
+from codespec.engine import Engine, GenerationParams, NgramProposer
+from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
 from codespec.models import (
     ModelError,

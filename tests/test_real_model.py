@@ -6,6 +6,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -287,5 +288,5 @@ def test_the_ggml_fast_configuration_decodes_lone_rows_and_speculates():
     diverged = [i for i, (a, b) in enumerate(pairs) if a != b]
     if diverged:  # allowed at a near-tie of one-row greedy's logits only
         logits, _, _ = target.prefill(prompt + plain.tokens[: diverged[0]])
-        top = torch.topk(logits.float(), 2).values
-        assert float(top[0] - top[1]) < 0.5, (diverged[0], top)
+        top = np.sort(logits)[-2:]
+        assert float(top[1] - top[0]) < 0.5, (diverged[0], top)

@@ -364,7 +364,8 @@ def test_a_draft_named_by_the_user_must_share_the_vocabulary(tmp_path, tiny):
 def test_the_daemon_serves_a_model_named_in_the_settings_file(tmp_path, tiny):
     """``codespec serve`` (what ``codespec lsp`` starts for an editor) with ``[model] name``
     in its settings file: an editor's request over real JSON-RPC is answered by that model,
-    and the daemon's log says which model it loaded and what it takes."""
+    the daemon's log says which model it loaded and what it takes, and torch is not mapped
+    into it."""
     sys.path.insert(0, str(Path(__file__).resolve().parent / "lsp"))
     from helpers import wait_for_socket
     from rpc import did_open, folder_session, inline_request
@@ -390,6 +391,9 @@ def test_the_daemon_serves_a_model_named_in_the_settings_file(tmp_path, tiny):
         client.send(inline_request(1, uri, 1, 11))
         items = client.reply_to(1)["result"]["items"]
         assert items and items[0]["insertText"]
+        # a CPU daemon on llama.cpp's kernels never loads torch (issue 52): its memory and start
+        maps = Path(f"/proc/{daemon.pid}/maps").read_text()
+        assert "libllama" in maps and "libtorch" not in maps
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)

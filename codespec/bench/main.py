@@ -132,8 +132,6 @@ def holes_from(
 
 def run(args: argparse.Namespace, log=print) -> dict:
     """The whole benchmark; returns the report written to ``--json``."""
-    import torch
-
     from ..runtime import load_pair
 
     languages, kinds, per_kind, max_tokens = choose(args)
@@ -206,7 +204,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
             one_row_exact=not pair.local.calibration.pad_single_row,
             prefill_tokens_per_s=pair.engine.prefill_rate,
             python=platform.python_version(),
-            torch=torch.__version__,
+            torch=machine.package_version("torch"),
             threads=pair.local.max_threads,
         ),
         model=pair.model_label,

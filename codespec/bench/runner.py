@@ -19,11 +19,12 @@ from __future__ import annotations
 import copy
 import resource
 import statistics
+import sys
 from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
 
-import torch
+import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 from ..completion import CompletionOptions, CompletionResult, complete, prompt_at
@@ -205,8 +206,8 @@ def divergence_gap(
     a, b = plain.tokens, spec.tokens
     first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
     logits, _, _ = pair.local.target.prefill(prompt + a[:first])
-    top = torch.topk(logits.float(), 2).values
-    return float(top[0] - top[1])
+    top = np.sort(logits)[-2:]
+    return float(top[1] - top[0])
 
 
 def current_rss_mb() -> float | None:
@@ -226,6 +227,7 @@ def peak_memory_mb() -> dict:
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_now_mb": current_rss_mb(),
     }
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")  # (a CPU daemon on ggml never imports it)
+    if torch is not None and torch.cuda.is_available():
         peak["cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return peak

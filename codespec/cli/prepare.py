@@ -19,11 +19,12 @@ def run(args: argparse.Namespace) -> int:
         choose_device,
         gguf_file,
         load_manifest,
+        prepared_form,
         quantize_mode,
         resolve_source,
         tokenizer_folder,
     )
-    from ..runtime import choose_backend, prepared_form
+    from ..runtime import choose_backend
 
     manifest = pair_of(args)
     manifest = load_manifest(manifest) if isinstance(manifest, str) else manifest

@@ -4,9 +4,11 @@ Rooms: the decode loop (``loop.py``) over a target backend (``backend.py``; torc
 ``kvcache.py``), proposers (``proposers.py``: ``ngram.py``, ``draft.py``), the policy
 (``policy.py``), token trees and their acceptance (``tree.py``, ``verify.py``), the stop signal
 (``stop.py``), and the engine's life around requests (``calibration.py``, ``warmup.py``).
+
+Importing the engine imports no torch: the loop's maths is numpy's, and only the torch
+backend (``kvcache.CachedModel``, imported from its module) needs torch.
 """
 
-from .kvcache import CachedModel
 from .loop import Engine
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
@@ -15,7 +17,6 @@ from .stop import Cancelled, StopSignal
 from .tree import Candidate, TokenTree
 
 __all__ = [
-    "CachedModel",
     "Cancelled",
     "Candidate",
     "Engine",

@@ -22,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
+import numpy as np
+from numpy.typing import NDArray
 
 from .slots import common_prefix_len
 from .stop import Cancelled, StopSignal
-from .tree import Candidate, TokenTree
+from .tree import Candidate, Logits, TokenTree
 
 
 @dataclass
@@ -35,12 +36,12 @@ class LookAhead:
 
     root: int
     tree: TokenTree  # the ids past ``root``; node i is cached at position ``root + i``
-    logits: dict[tuple[int, ...], torch.Tensor]  # a prompt's ids past ``root`` -> its logits
+    logits: dict[tuple[int, ...], Logits]  # a prompt's ids past ``root`` -> its logits
 
 
 def computed_ahead(
-    cached: list[int], root: int, logits: dict[tuple[int, ...], torch.Tensor], ids: list[int]
-) -> torch.Tensor | None:
+    cached: list[int], root: int, logits: dict[tuple[int, ...], Logits], ids: list[int]
+) -> Logits | None:
     """The logits after ``ids`` if it is one of the prompts computed ahead past ``root`` of the
     ``cached`` ids (its prefill is then free), else None. Every backend answers alike."""
     if cached[:root] != ids[:root]:
@@ -61,11 +62,11 @@ class RowCache(Protocol):
     def run_pass(
         self,
         tokens: list[int],
-        mask: torch.Tensor | None,
+        mask: NDArray[np.bool_] | None,
         positions: list[int] | None,
         all_logits: bool,
         stop: StopSignal | None,
-    ) -> torch.Tensor: ...
+    ) -> Logits: ...
 
 
 class TreeLookAhead:
@@ -80,7 +81,7 @@ class TreeLookAhead:
         """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
         return self.ahead_logits(ids) is not None
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+    def ahead_logits(self, ids: list[int]) -> Logits | None:
         """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
         ahead = self.standing
         if ahead is None:
@@ -90,7 +91,7 @@ class TreeLookAhead:
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], Logits] | None = None,
         stop: StopSignal | None = None,
     ) -> int:
         """Compute the rows of ``prompts`` in one tree pass and keep them, with their last
@@ -146,7 +147,7 @@ class TreeLookAhead:
         return len(tree) - before
 
     def _new_look_ahead(
-        self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
+        self, wanted: list[list[int]], known: dict[tuple[int, ...], Logits]
     ) -> LookAhead:
         """An empty look-ahead rooted where ``wanted`` and the cache part. A ``known`` prompt
         the cache holds stays cached: its ids past the root become the tree's first nodes (at
@@ -166,7 +167,7 @@ class TreeLookAhead:
         ids = self.cache.ids
         return ids[: self.standing.root] if self.standing is not None else ids
 
-    def end(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end(self, ids: list[int] | None = None) -> Logits | None:
         """End a look-ahead: keep the branch of ``ids`` when it is one of the prompts computed
         ahead (and return its logits), else the longest branch that begins ``ids`` (what a
         prefill of ``ids`` reuses), else just the root. The branch's own descendants computed
@@ -209,11 +210,11 @@ def _subtree(tree: TokenTree, node: int) -> tuple[list[int], TokenTree]:
     return below, sub
 
 
-def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> torch.Tensor:
+def _tree_rows_mask(tree: TokenTree, root: int, start: int) -> NDArray[np.bool_]:
     """What tree nodes ``start..`` see, (new, root + nodes): the root's positions, and their
     own ancestors and themselves among the nodes (cached at ``root + node``)."""
     ancestors = tree.attention()[0][1 + start :, 1:]  # (over [root token] + nodes: drop it)
-    return torch.cat([torch.ones(len(ancestors), root, dtype=torch.bool), ancestors], dim=1)
+    return np.concatenate([np.ones((len(ancestors), root), dtype=np.bool_), ancestors], axis=1)
 
 
 def _spelled(tree: TokenTree, tokens: list[int]) -> list[int]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import torch
+from numpy.typing import NDArray
 
 from .stop import StopSignal
+from .tree import Logits
 
 # ``max_pass_rows`` of a backend whose rows are exact at any width
 NO_ROW_LIMIT = 1 << 30
@@ -54,7 +55,7 @@ class TargetBackend(Protocol):
 
     def prefill(
         self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
-    ) -> tuple[torch.Tensor, int, int]:
+    ) -> tuple[Logits, int, int]:
         """Make the cache hold ``ids``, reusing what a slot shares with it; return (logits
         after the last id, tokens reused, tokens computed)."""
         ...
@@ -62,11 +63,11 @@ class TargetBackend(Protocol):
     def forward(
         self,
         tokens: list[int],
-        tree_mask: torch.Tensor | None = None,
+        tree_mask: NDArray | None = None,
         depths: list[int] | None = None,
         all_logits: bool = True,
         stop: StopSignal | None = None,
-    ) -> torch.Tensor:
+    ) -> Logits:
         """Append a chain, or a token tree (``tree_mask``: which new token sees which;
         ``depths``: each one's position past the cache), and return logits at each token."""
         ...
@@ -92,12 +93,12 @@ class TargetBackend(Protocol):
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], Logits] | None = None,
         stop: StopSignal | None = None,
     ) -> int: ...
 
     def looked_ahead(self, ids: list[int]) -> bool: ...
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None: ...
+    def ahead_logits(self, ids: list[int]) -> Logits | None: ...
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None: ...
+    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None: ...

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 from .backend import TargetBackend
 from .proposers import DRAFT, Kind, Proposals, Sampling
 from .slots import common_prefix_len
 from .timing import pass_seconds, timed
-from .tree import Candidate
+from .tree import Candidate, Logits
 from .verify import logits_to_probs, sample
 
 if TYPE_CHECKING:
@@ -63,22 +63,22 @@ class DraftProposer:
             out.step_s.append(seconds)
         temperature = sampling.temperature
         tokens: list[int] = []
-        qs: list[torch.Tensor] = []
+        qs: list[Logits] = []
         while True:
             probs = logits_to_probs(logits, temperature if temperature > 0 else 1.0)
             if temperature > 0:
                 token = sample(probs, sampling.rng)
                 qs.append(probs)
             else:
-                token = int(torch.argmax(probs).item())
+                token = int(np.argmax(probs))
             tokens.append(token)
-            if len(tokens) >= limit or probs[token].item() < self.threshold:
+            if len(tokens) >= limit or float(probs[token]) < self.threshold:
                 break
             step, seconds = timed(self.model.forward, [token], all_logits=False)
             out.forwards += 1
             out.step_s.append(seconds)
             logits = step[-1]
-        out.candidates.append(Candidate(tokens, self.name, torch.stack(qs) if qs else None))
+        out.candidates.append(Candidate(tokens, self.name, np.stack(qs) if qs else None))
         return out
 
     def lag(self, context: list[int]) -> int:

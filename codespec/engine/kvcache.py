@@ -30,7 +30,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from . import decoder, prefill
 from .ahead import TreeLookAhead
@@ -40,6 +42,7 @@ from .backend import NO_ROW_LIMIT
 from .buffers import cache_bytes, fork, growing
 from .slots import PARKED_BUDGET_BYTES, Slot, SlotPool
 from .stop import Cancelled, StopSignal
+from .tree import Logits
 
 
 class CachedModel:
@@ -95,7 +98,7 @@ class CachedModel:
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], Logits] | None = None,
         stop: StopSignal | None = None,
     ) -> int:
         return self.ahead.look_ahead(prompts, known, stop)
@@ -103,10 +106,10 @@ class CachedModel:
     def looked_ahead(self, ids: list[int]) -> bool:
         return self.ahead.looked_ahead(ids)
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+    def ahead_logits(self, ids: list[int]) -> Logits | None:
         return self.ahead.ahead_logits(ids)
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None:
         return self.ahead.end(ids)
 
     def sequence(self) -> list[int]:
@@ -173,12 +176,13 @@ class CachedModel:
     def forward(
         self,
         tokens: list[int],
-        tree_mask: torch.Tensor | None = None,
+        tree_mask: NDArray[np.bool_] | None = None,
         depths: list[int] | None = None,
         all_logits: bool = True,
         stop: StopSignal | None = None,
-    ) -> torch.Tensor:
-        """Append ``tokens`` and return float32 logits, (len(tokens), V) or (1, V).
+    ) -> Logits:
+        """Append ``tokens`` and return float32 logits, (len(tokens), V) or (1, V), as a
+        host array (the loop's maths is numpy's: ``engine/tree.py``).
 
         ``tree_mask`` (q, q) says which of the new tokens each new token may attend to (a token
         tree); ``depths`` gives each token's distance from the cached end (its position offset).
@@ -193,7 +197,7 @@ class CachedModel:
             assert depths is not None
             # (q, past + q): every new token sees the whole cache and its own ancestors.
             mask = torch.ones(len(tokens), past + len(tokens), dtype=torch.bool)
-            mask[:, past:] = tree_mask
+            mask[:, past:] = torch.from_numpy(np.asarray(tree_mask, dtype=np.bool_))
             positions = [past + d for d in depths]
         return self.run_pass(tokens, mask, positions, all_logits, stop)
 
@@ -201,19 +205,20 @@ class CachedModel:
     def run_pass(
         self,
         tokens: list[int],
-        mask: torch.Tensor | None,  # (q, past + q) bool: what each new token sees; None: causal
+        mask: torch.Tensor | NDArray[np.bool_] | None,  # (q, past + q) bool: what each new
+        # token sees; None: causal
         positions: list[int] | None,  # each new token's position; None: after the cache
         all_logits: bool,
         stop: StopSignal | None,
         prefill_rows: int | None = None,  # a prefill chunk's rows (``StopSignal.stops_pass``)
-    ) -> torch.Tensor:
+    ) -> Logits:
         """One model pass appending ``tokens`` to the cache (see ``forward``)."""
         past = len(self.ids)
         q = len(tokens)
         input_ids = torch.tensor([tokens], device=self.device)
         attention_mask = position_ids = None
         if mask is not None:
-            attention_mask = mask.to(self.device)[None, None]
+            attention_mask = torch.as_tensor(mask).to(self.device)[None, None]
         if positions is not None:
             position_ids = torch.tensor([positions], device=self.device)
         check = _layer_check(stop, prefill_rows)
@@ -239,7 +244,7 @@ class CachedModel:
             raise
         self.ids.extend(tokens)
         self.forward_calls += 1
-        return logits[0].float()
+        return logits[0].float().cpu().numpy()  # (waits for a GPU's pass to end)
 
     def _lean(self) -> bool:
         """Whether passes go through ``decoder.forward`` (the model's own forward otherwise):
@@ -268,7 +273,7 @@ class CachedModel:
         ids: list[int],
         stop: StopSignal | None = None,
         chunk: int | None = None,
-    ) -> tuple[torch.Tensor, int, int]:
+    ) -> tuple[Logits, int, int]:
         """Make the cache hold ``ids``; return (logits after the last id, reused, computed).
 
         The longest common prefix with the cached ids is kept; at least the last id is always

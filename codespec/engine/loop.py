@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import torch
+import numpy as np
 
 from ..machine import FreeCores
 from ..memory import return_freed_memory
@@ -48,7 +48,7 @@ from .proposers import (
 from .request import Generation, GenerationParams, GenerationStats, Output, StopRule
 from .stop import Cancelled, StopSignal
 from .timing import timed
-from .tree import TokenTree
+from .tree import Logits, TokenTree
 from .verify import logits_to_probs, sample, walk_tree
 from .warmup import WarmUps
 
@@ -122,7 +122,7 @@ class Engine:
     def look_ahead(
         self,
         prompt: list[int],
-        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        next_prompts: Callable[[Logits], list[list[int]]],
         stop: StopSignal,
     ) -> int:
         """Compute the next keystrokes' prompts ahead (``WarmUps.look_ahead``)."""
@@ -237,15 +237,15 @@ class Engine:
     # -- steps --------------------------------------------------------------------------------
 
     @staticmethod
-    def _choose(logits: torch.Tensor, sampling: Sampling) -> int:
+    def _choose(logits: Logits, sampling: Sampling) -> int:
         """The target's own next token: argmax, or a sample at the temperature."""
         if sampling.temperature <= 0:
-            return int(torch.argmax(logits).item())
+            return int(np.argmax(logits))
         return sample(logits_to_probs(logits, sampling.temperature), sampling.rng)
 
     def _verify(
         self, pending: int, tree: TokenTree, stop: StopSignal | None = None
-    ) -> tuple[torch.Tensor, int]:
+    ) -> tuple[Logits, int]:
         """Logits at [pending] + every node, from one target forward pass (``stop``: see
         ``TargetBackend.forward``), and the rows that pass computed.
 
@@ -273,7 +273,7 @@ class Engine:
                 rows = forward(
                     tree.tokens, tree_mask=mask[1:, 1:], depths=[d - 1 for d in depths[1:]]
                 )
-            return torch.cat([ahead[None], rows]), len(tree)
+            return np.concatenate([ahead[None], rows]), len(tree)
         if not tree.tokens:
             if not self.calibration.pad_single_row:
                 return forward([pending]), 1
@@ -285,10 +285,8 @@ class Engine:
         return forward(tokens, tree_mask=mask, depths=depths), len(tokens)
 
 
-def _rng(params: GenerationParams) -> torch.Generator | None:
+def _rng(params: GenerationParams) -> np.random.Generator | None:
     """The request's random generator when it samples (seeded, or from the clock)."""
     if params.temperature <= 0:
         return None
-    rng = torch.Generator(device="cpu")
-    rng.manual_seed(params.seed if params.seed is not None else int(time.time_ns()))
-    return rng
+    return np.random.default_rng(params.seed if params.seed is not None else time.time_ns())

@@ -18,17 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-import torch
-
 from .slots import Slot, SlotPool, common_prefix_len
 from .stop import Cancelled, StopSignal
+from .tree import Logits
 
 
 class Places(Protocol):
     ids: list[int]  # what the current slot holds
     pool: SlotPool  # the parked slots
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None: ...
+    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None: ...
 
     def crop(self, n: int) -> None: ...
 
@@ -46,7 +45,7 @@ class Places(Protocol):
         ...
 
 
-def start(places: Places, ids: list[int]) -> tuple[torch.Tensor | None, int]:
+def start(places: Places, ids: list[int]) -> tuple[Logits | None, int]:
     """Begin a prefill of ``ids``: (its logits if it was computed ahead, else None; the
     positions the cache keeps, at most all but the last id). The cache then holds those."""
     if not ids:

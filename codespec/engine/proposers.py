@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-import torch
+import numpy as np
 
 from .tree import Candidate
 
@@ -47,7 +47,7 @@ class Sampling:
     > 0) returns its own distribution with them, for the acceptance rule (``verify.py``)."""
 
     temperature: float = 0.0
-    rng: torch.Generator | None = None
+    rng: np.random.Generator | None = None
 
 
 @dataclass

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
+from numpy.typing import NDArray
+
+# Logits (or a distribution) over the vocabulary: (V,) for a position, (n, V) for n of them.
+# Every backend hands the loop float32 numpy arrays: the loop needs no torch (a CPU daemon on
+# llama.cpp's kernels never imports it).
+Logits = NDArray[np.float32]
 
 
 @dataclass
@@ -26,7 +32,7 @@ class Candidate:
 
     tokens: list[int]
     source: str  # "ngram" | "draft"
-    q: torch.Tensor | None = None
+    q: Logits | None = None
     evidence: int = 0  # how strongly the context backs it (n-gram: the match length)
     support: str = ""  # n-gram: whether the other matches agree on its first token (ngram.py)
 
@@ -39,7 +45,7 @@ class TokenTree:
     parents: list[int] = field(default_factory=list)  # -1: child of the root
     depths: list[int] = field(default_factory=list)  # root = 0
     sources: list[set[str]] = field(default_factory=list)
-    q: list[torch.Tensor | None] = field(default_factory=list)
+    q: list[Logits | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -99,10 +105,10 @@ class TokenTree:
             node = self.parents[node]
         return path[::-1]
 
-    def attention(self) -> tuple[torch.Tensor, list[int]]:
+    def attention(self) -> tuple[NDArray[np.bool_], list[int]]:
         """The (1+n, 1+n) ancestor mask over [root] + nodes, and each one's depth."""
         n = len(self.tokens)
-        mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+        mask = np.zeros((n + 1, n + 1), dtype=np.bool_)
         mask[:, 0] = True  # everyone sees the root
         for i in range(n):
             row = i + 1

@@ -19,24 +19,30 @@ Each emitted token is then distributed exactly as the target's ``p``.
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+from numpy.typing import NDArray
 
-from .tree import TokenTree
+from .tree import Logits, TokenTree
 
 
-def logits_to_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def logits_to_probs(logits: Logits, temperature: float) -> Logits:
     """Softmax at a temperature, in float32. (V,) or (n, V)."""
-    return torch.softmax(logits.float() / max(temperature, 1e-5), dim=-1)
+    z = logits.astype(np.float32) / max(temperature, 1e-5)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """Draw one token id from a (V,) distribution."""
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+def sample(probs: NDArray[np.floating], rng: np.random.Generator | None) -> int:
+    """Draw one token id from a (V,) distribution (by its cumulative sum: a total that
+    rounding left a little off 1 still draws every token in proportion)."""
+    cumulative = np.cumsum(probs, dtype=np.float64)
+    u = (rng or np.random.default_rng()).random() * cumulative[-1]
+    return int(min(np.searchsorted(cumulative, u, side="right"), len(cumulative) - 1))
 
 
-def greedy_choice(logits: torch.Tensor, children: list[int]) -> tuple[int | None, int]:
+def greedy_choice(logits: Logits, children: list[int]) -> tuple[int | None, int]:
     """(index into ``children`` of the accepted child or None, the target's token)."""
-    token = int(torch.argmax(logits).item())
+    token = int(np.argmax(logits))
     for i, child_token in enumerate(children):
         if child_token == token:
             return i, token
@@ -44,34 +50,34 @@ def greedy_choice(logits: torch.Tensor, children: list[int]) -> tuple[int | None
 
 
 def speculative_choice(
-    p: torch.Tensor,
+    p: Logits,
     children: list[int],
-    child_q: list[torch.Tensor | None],
-    generator: torch.Generator | None,
+    child_q: list[Logits | None],
+    rng: np.random.Generator | None,
 ) -> tuple[int | None, int]:
     """Rejection sampling at one node; returns (accepted child index or None, token)."""
-    p = p.clone()
+    rng = rng or np.random.default_rng()
+    dist = p.astype(np.float64)  # (residuals of residuals: float32 would lose the tail)
     for i, (x, q) in enumerate(zip(children, child_q, strict=True)):
         if q is None:  # deterministic proposal: q is one-hot at x
-            q = torch.zeros_like(p)
+            q = np.zeros_like(p)
             q[x] = 1.0
-        ratio = (p[x] / q[x].clamp_min(1e-20)).clamp(max=1.0)
-        u = torch.rand((), generator=generator, device=p.device)
-        if u < ratio:
+        ratio = min(1.0, float(dist[x]) / max(float(q[x]), 1e-20))
+        if rng.random() < ratio:
             return i, x
-        residual = (p - q).clamp_min(0.0)
+        residual = np.clip(dist - q, 0.0, None)
         total = residual.sum()
         if total <= 0:  # p == q exactly: nothing left to reject into; p is still correct
             continue
-        p = residual / total
-    return None, sample(p, generator)
+        dist = residual / total
+    return None, sample(dist, rng)
 
 
 def walk_tree(
     tree: TokenTree,
-    logits: torch.Tensor,
+    logits: Logits,
     temperature: float,
-    generator: torch.Generator | None = None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[list[int], int]:
     """Walk from the root along accepted children.
 
@@ -88,7 +94,7 @@ def walk_tree(
             choice, token = greedy_choice(row, kid_tokens)
         else:
             p = logits_to_probs(row, temperature)
-            choice, token = speculative_choice(p, kid_tokens, [tree.q[k] for k in kids], generator)
+            choice, token = speculative_choice(p, kid_tokens, [tree.q[k] for k in kids], rng)
         if choice is None:
             return accepted, token
         node = kids[choice]

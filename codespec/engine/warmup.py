@@ -16,12 +16,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import torch
+import numpy as np
 
 from .backend import TargetBackend
 from .calibration import PREFILL_CHUNK_S, Calibration
 from .slots import common_prefix_len
 from .stop import Cancelled, StopSignal
+from .tree import Logits
 
 # How many of the likeliest next keystrokes ``look_ahead`` computes in its first pass (the rest
 # follow in a second): each row adds to the pass's cost, and the user may type before a wide
@@ -44,10 +45,10 @@ class WarmUps:
         self.stop_ids = stop_ids
         self.calibration = calibration
         # the last request's prompt and the logits after it (what ``look_ahead`` starts from)
-        self.prompt_logits: tuple[list[int], torch.Tensor] | None = None
+        self.prompt_logits: tuple[list[int], Logits] | None = None
         self.ahead_of: list[int] | None = None  # the prompt the standing look-ahead is for
 
-    def request_ran(self, prompt: list[int], logits: torch.Tensor) -> None:
+    def request_ran(self, prompt: list[int], logits: Logits) -> None:
         """A request prefilled ``prompt``: its logits are where a look-ahead there starts,
         and any look-ahead that stood is gone."""
         self.prompt_logits, self.ahead_of = (list(prompt), logits), None
@@ -78,7 +79,7 @@ class WarmUps:
     def look_ahead(
         self,
         prompt: list[int],
-        next_prompts: Callable[[torch.Tensor], list[list[int]]],
+        next_prompts: Callable[[Logits], list[list[int]]],
         stop: StopSignal,
     ) -> int:
         """While nobody waits: compute ahead the prompts of the next keystrokes at ``prompt``
@@ -126,7 +127,7 @@ class WarmUps:
         out = []
         for ids in prompts:
             logits = self.target.ahead_logits(ids)
-            if logits is not None and (token := int(torch.argmax(logits))) not in self.stop_ids:
+            if logits is not None and (token := int(np.argmax(logits))) not in self.stop_ids:
                 out.append([*ids, token])
         return out
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import torch
 
 from ..engine.ahead import computed_ahead
 from ..engine.slots import common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
+from ..engine.tree import Logits
 from .layout import GROUP, LEAVES, PARKED, TEXT
 from .llama import LlamaContext, Node
 
@@ -44,7 +44,7 @@ class Branches:
     root: int
     # a prompt's ids past ``root`` -> the sequence whose cells spell them (TEXT: the text's)
     branches: dict[tuple[int, ...], int] = field(default_factory=dict)
-    logits: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
+    logits: dict[tuple[int, ...], Logits] = field(default_factory=dict)
     leaves: list[int] = field(default_factory=list)  # leaf sequences in use
     cells: int = 0  # cells computed ahead (parked when the look-ahead ends)
 
@@ -86,7 +86,7 @@ class GgmlLookAhead:
         """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
         return self.ahead_logits(ids) is not None
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+    def ahead_logits(self, ids: list[int]) -> Logits | None:
         """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
         ahead = self.standing
         if ahead is None:
@@ -96,7 +96,7 @@ class GgmlLookAhead:
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], Logits] | None = None,
         stop: StopSignal | None = None,
     ) -> int:
         """Compute the rows of ``prompts`` ahead and keep them, with their last logits, for a
@@ -125,7 +125,7 @@ class GgmlLookAhead:
         return rows
 
     def _new_look_ahead(
-        self, wanted: list[list[int]], known: dict[tuple[int, ...], torch.Tensor]
+        self, wanted: list[list[int]], known: dict[tuple[int, ...], Logits]
     ) -> Branches:
         """An empty look-ahead rooted where ``wanted`` and the text part; the text keeps the
         longest ``known`` prompt (a completion after it is dropped)."""
@@ -208,12 +208,12 @@ class GgmlLookAhead:
         assert logits is not None  # (every row asked for its logits)
         for (tail, _, _), leaf, end in zip(batch, leaves, ends, strict=True):
             ahead.branches[tail] = leaf
-            ahead.logits[tail] = torch.from_numpy(logits[end])
+            ahead.logits[tail] = logits[end]
         ahead.leaves += leaves
         ahead.cells += len(nodes)
         return len(nodes)
 
-    def end(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end(self, ids: list[int] | None = None) -> Logits | None:
         """End a look-ahead: when ``ids`` is one of the prompts computed ahead, its cells become
         the text and its logits are returned; else the text stays as it is. The other
         branches' cells are parked."""

@@ -43,11 +43,12 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import torch
+from numpy.typing import NDArray
 
 from ..engine import prefill
 from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool
 from ..engine.stop import Cancelled, StopSignal
+from ..engine.tree import Logits
 from .ahead import GgmlLookAhead
 from .layout import COMPACT_AT, GROUP, LEAVES, PADDING, PARKED, SEQUENCES, TEXT
 from .llama import Aborted, CacheFull, LlamaContext, Node, Settings
@@ -126,7 +127,7 @@ class GgmlModel:
     def look_ahead(
         self,
         prompts: list[list[int]],
-        known: dict[tuple[int, ...], torch.Tensor] | None = None,
+        known: dict[tuple[int, ...], Logits] | None = None,
         stop: StopSignal | None = None,
     ) -> int:
         return self.ahead.look_ahead(prompts, known, stop)
@@ -134,10 +135,10 @@ class GgmlModel:
     def looked_ahead(self, ids: list[int]) -> bool:
         return self.ahead.looked_ahead(ids)
 
-    def ahead_logits(self, ids: list[int]) -> torch.Tensor | None:
+    def ahead_logits(self, ids: list[int]) -> Logits | None:
         return self.ahead.ahead_logits(ids)
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> torch.Tensor | None:
+    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None:
         return self.ahead.end(ids)
 
     def sequence(self) -> list[int]:
@@ -148,7 +149,7 @@ class GgmlModel:
 
     def prefill(
         self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
-    ) -> tuple[torch.Tensor, int, int]:
+    ) -> tuple[Logits, int, int]:
         """Make the cache hold ``ids`` (reusing the longest cached prefix, in any slot); return
         (logits after the last id, reused, computed). ``stop`` is asked between chunks (what
         was computed stays) and inside a chunk (that chunk is dropped)."""
@@ -181,16 +182,16 @@ class GgmlModel:
             self.ids.extend(ids[body:])
             self.forward_calls += 1
         assert logits is not None
-        return torch.from_numpy(logits[-1]), reuse, len(ids) - reuse
+        return logits[-1], reuse, len(ids) - reuse
 
     def forward(
         self,
         tokens: list[int],
-        tree_mask: torch.Tensor | None = None,
+        tree_mask: NDArray[np.bool_] | None = None,
         depths: list[int] | None = None,
         all_logits: bool = True,
         stop: StopSignal | None = None,
-    ) -> torch.Tensor:
+    ) -> Logits:
         """Append a chain, or a token tree (``tree_mask``: which new token sees which;
         ``depths``: each one's position past the cache), and return float32 logits at each
         token, (len(tokens), V), or (1, V) for the last one."""
@@ -219,7 +220,8 @@ class GgmlModel:
         self.forward_calls += 1
         if leaves:
             self.tree = TreePass(past, sequences, leaves)
-        return torch.from_numpy(logits)
+        assert logits is not None  # (the last row always asks)
+        return logits
 
     def decode(
         self,
@@ -348,13 +350,11 @@ class GgmlModel:
         self.crop(shared)
 
 
-def tree_sequences(tree_mask: torch.Tensor) -> list[tuple[int, ...]]:
+def tree_sequences(tree_mask: NDArray[np.bool_]) -> list[tuple[int, ...]]:
     """Each node's sequences for a tree pass: the leaf sequences of every leaf below it, first
     the leaf it sees through; nodes every leaf sees (the trunk) are in the text's sequence
     first. ``tree_mask[i, j]``: node i sees node j (its ancestors and itself)."""
-    mask = (
-        tree_mask.bool().numpy() if isinstance(tree_mask, torch.Tensor) else np.asarray(tree_mask)
-    )
+    mask = np.asarray(tree_mask, dtype=np.bool_)
     q = len(mask)
     leaves = [i for i in range(q) if not any(mask[j, i] for j in range(q) if j != i)]
     if len(leaves) > len(LEAVES):
@@ -380,4 +380,4 @@ def rows_are_exact(model: GgmlModel, context: int = 40) -> bool:
     after = model.forward(rest[-1:])[0]
     model.reset()
     rows = [*wide, after]
-    return all(torch.equal(a, b) for a, b in zip(alone, rows, strict=True))
+    return all(np.array_equal(a, b) for a, b in zip(alone, rows, strict=True))

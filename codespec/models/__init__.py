@@ -18,8 +18,11 @@ from .loading import (
     choose_device,
     choose_device_dtype,
     load_causal_lm,
+    load_model,
     load_quantized_lm,
     load_tokenizer,
+    prepared_folder,
+    prepared_form,
 )
 from .manifests import (
     DEFAULT_PAIR,
@@ -58,6 +61,9 @@ __all__ = [
     "choose_device_dtype",
     "gguf_file",
     "load_causal_lm",
+    "load_model",
+    "prepared_folder",
+    "prepared_form",
     "load_manifest",
     "load_quantized_lm",
     "load_tokenizer",

@@ -11,14 +11,20 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import platformdirs
 
 from ..files import parse_json, read_owned_text
+from ..tokenizer import LIVE_MARKER
 from .manifests import ModelError, ModelSource, Progress
 from .preparation import convert_gguf, quantize_gguf
+
+TOKENIZER_FORMAT = 3  # 3: tokenizer.json as transformers loads it (``gguf_tokenizer.py``)
+# a GGUF's tokenizer, converted once (seconds; a cold start of transformers, torch and all)
+EXPORT_TIMEOUT_S = 300
 
 CACHE_FORMAT = 1  # bump when the layout of a prepared model changes
 
@@ -170,22 +176,44 @@ def tokenizer_folder(src: ModelSource, install_hint: str, progress: Progress = p
     if src.source == "gguf":  # (no digest known: the file as it is now names its tokenizer)
         info = gguf.stat()
         key = hashlib.sha256(f"{gguf}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()
-    final = cache_root() / f"{key[:16]}-tokenizer"
-    if (final / "tokenizer_config.json").is_file():
+    final = cache_root() / f"{key[:16]}-tokenizer{TOKENIZER_FORMAT}"
+    if (final / LIVE_MARKER).is_file():
         return final
-    from transformers import AutoTokenizer
-
     progress(f"reading the tokenizer of {src.label} (once)")
     work = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tokenizer.save_pretrained(str(work))
+        _export_tokenizer(gguf, work, src.label)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(work, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+def _export_tokenizer(gguf: Path, out: Path, label: str) -> None:
+    """transformers' converter writes the tokenizer; in a child process unless torch is loaded
+    here already (it imports torch, which a CPU daemon on ggml never needs)."""
+    from . import gguf_tokenizer
+
+    if "torch" in sys.modules:
+        try:
+            gguf_tokenizer.export(gguf, out)
+        except Exception as exc:  # (the converter's own errors, whatever their class)
+            raise ModelError(f"{label}: cannot read its tokenizer ({exc})") from None
+        return
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", gguf_tokenizer.__name__, str(gguf), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=EXPORT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ModelError(f"{label}: reading its tokenizer took over {EXPORT_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise ModelError(f"{label}: cannot read its tokenizer ({why})")
 
 
 def resolve_source(

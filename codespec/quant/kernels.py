@@ -15,9 +15,7 @@ layer by layer, w8a8 for the whole model (see ``measure``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -25,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from .. import machine
-from ..files import FileError, create_new, parse_json, read_owned_text
+from ..files import FileError, parse_json, read_owned_text, write_atomically
+from ..machine import machine_fingerprint
 from .layers import (
     Int4Weight,
     QuantLinear,
@@ -45,9 +43,6 @@ INT8_MUST_WIN_BY = 0.85
 KERNELS = ("int4", "int8", "w8a8")
 # "auto" chooses among all three (w8a8's memory is within the budget: a released draft is freed
 # at once, and parked KV caches have a byte budget).
-# torch's threads when this was imported (the engine runs fewer on a busy machine: the
-# fingerprint names the machine, not the moment)
-STARTING_THREADS = torch.get_num_threads()
 PLAN_FORMAT = 5  # 4: auto may choose w8a8; 5: w8a8 timed with two-digit inputs where used
 # w8a8 layers whose input goes in two 8-bit digits (``layers.py``): the two whose inputs have the
 # heaviest tails. Two digits everywhere come closer still to the float model but double the
@@ -106,13 +101,6 @@ class KernelPlan:
 def input_digits(kernel: str, proj: str) -> int:
     """How many 8-bit digits ``kernel`` gives the input of projection ``proj``."""
     return 2 if kernel == "w8a8" and proj in TWO_DIGIT_PROJECTIONS else 1
-
-
-def machine_fingerprint() -> str:
-    """Processor model and the flags that change kernels, torch version, thread count."""
-    flags = " ".join(machine.kernel_flags())
-    text = f"{machine.cpu_model()}|{flags}|{torch.__version__}|{STARTING_THREADS}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _median_ms(run, repeats: int = 5) -> float:
@@ -261,15 +249,3 @@ def load_or_measure(
             plan.dtype = "float32"
         plan.reason = f"{force} chosen by the pair or the user; dtype {plan.reason}"
     return plan
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Best effort: a cache that cannot be written only means measuring again next time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        with os.fdopen(create_new(tmp, 0o644), "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass

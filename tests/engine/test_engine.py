@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers import CancelAfter, PreemptAfter, naive_greedy, tiny_qwen2
 
-from codespec.engine import CachedModel, Engine, GenerationParams, NgramProposer, StopSignal
+from codespec.engine import Engine, GenerationParams, NgramProposer, StopSignal
+from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
 
 PROMPTS = [

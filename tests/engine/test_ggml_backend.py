@@ -7,8 +7,10 @@ The control (that unpadded lone rows differ) needs the real model's Q4_K kernels
 tiny model's Q4_0 blocks llama.cpp's lone-row and grouped kernels happened to agree, so the
 control is ``benchmarks/ggml_invariance.py`` on the embedded GGUF (``docs/benchmarks.md``)."""
 
+import json
+
+import numpy as np
 import pytest
-import torch
 from helpers import CancelAfter, write_tiny_gguf
 
 from codespec.engine import Cancelled, Engine, GenerationParams, NgramProposer, StopSignal
@@ -51,7 +53,7 @@ def test_tree_nodes_equal_plain_decoding_of_their_branch_and_the_kept_path_conti
     base = len(target.ids)
     a, b, c = BASE + 1, BASE + 2, BASE + 3
     # root -> a -> c, root -> b: three rows over the cache (plus a padding row)
-    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    mask = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=np.bool_)
     rows = target.forward([BASE, a, b, c], tree_mask=mask, depths=[0, 1, 1, 2])
     target.keep(base + 1, [base + 1, base + 3])  # accept a, c; b is parked
     assert target.ids == ids + [BASE, a, c] and target.parked == 1
@@ -61,9 +63,9 @@ def test_tree_nodes_equal_plain_decoding_of_their_branch_and_the_kept_path_conti
     plain_a = [target.forward([t])[0] for t in (BASE, a, c, BASE + 4)]
     target.crop(base + 1)
     plain_b = target.forward([b])[0]
-    assert torch.equal(rows[0], plain_a[0]) and torch.equal(rows[1], plain_a[1])
-    assert torch.equal(rows[3], plain_a[2]) and torch.equal(rows[2], plain_b)
-    assert torch.equal(after_tree, plain_a[3])
+    assert np.array_equal(rows[0], plain_a[0]) and np.array_equal(rows[1], plain_a[1])
+    assert np.array_equal(rows[3], plain_a[2]) and np.array_equal(rows[2], plain_b)
+    assert np.array_equal(after_tree, plain_a[3])
 
 
 PROMPTS = [prompt(70, 0), prompt(90, 1), prompt(40, 2)]
@@ -115,7 +117,7 @@ def test_places_are_parked_and_restored_exactly(tiny_gguf):
     assert len(target.pool.parked) == 1
     again, reused, computed = target.prefill(one)
     assert (reused, computed) == (len(one) - 1, 1)
-    assert torch.equal(first, again)
+    assert np.array_equal(first, again)
 
 
 def test_a_stopped_prefill_leaves_the_cache_as_it_was(tiny_gguf):
@@ -145,7 +147,7 @@ def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
     target = model(tiny_gguf)
     ids = prompt(120, 6)
     target.prefill(ids)
-    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    mask = np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=np.bool_)
     for step in range(5):  # each pass keeps one branch and parks the other
         base = len(target.ids)
         target.forward([BASE + step, BASE + 50, BASE + 60], tree_mask=mask, depths=[0, 1, 1])
@@ -155,7 +157,7 @@ def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
     target.crop(len(target.ids) - 1)
     target.compact()
     assert target.parked == 0
-    assert torch.equal(target.forward([BASE])[0], before)
+    assert np.array_equal(target.forward([BASE])[0], before)
     saved = target.llama.save(PARKED)
     assert len(saved) < len(target.llama.save(TEXT))  # nothing parked any more
 
@@ -169,7 +171,7 @@ def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
     from helpers import tiny_qwen2
 
     from codespec import backend_choice
-    from codespec.engine import CachedModel
+    from codespec.engine.kvcache import CachedModel
     from codespec.models import FimTokens, ModelSource, PairManifest
 
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
@@ -206,6 +208,35 @@ def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
     assert backend_choice.cached(manifest, exact=False) is None
 
 
+def test_auto_runs_ggml_untimed_and_times_the_backends_only_for_exact_rows(tmp_path, monkeypatch):
+    """Without ``--exact``, ``auto`` on a CPU picks ggml (fastest on every CPU measured) with
+    no timing, so no torch and no torch conversion at set-up; with it, the backends are timed
+    (here: read back from figures kept as a timing leaves them)."""
+    from codespec import backend_choice
+    from codespec.machine import machine_fingerprint
+    from codespec.models import FimTokens, ModelSource, PairManifest
+    from codespec.runtime import choose_backend
+
+    monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
+    src = ModelSource(source="pypi-parts", label="tiny", sha256="cd" * 32)
+    manifest = PairManifest("tiny", "", src, None, FimTokens("<p>", "<s>", "<m>"))
+
+    def no_timing(*args):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(backend_choice, "measure", no_timing)
+    monkeypatch.setattr(backend_choice, "target_loaders", lambda *args: {})
+    assert choose_backend(manifest, "cpu", "auto", exact=False) == "ggml"
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(AssertionError, match="timed"):
+        choose_backend(manifest, "cpu", "auto", exact=True)
+    verdict = backend_choice.verdict_file(manifest, exact=True)
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text(json.dumps({machine_fingerprint(): {"ggml": 2.0, "torch": 1.0}}))
+    assert choose_backend(manifest, "cpu", "auto", exact=True) == "torch"
+    assert choose_backend(manifest, "cpu", "auto", exact=False) == "ggml"
+
+
 def test_the_engine_runs_on_the_free_cores_and_a_row_does_not_depend_on_them(tiny_gguf):
     """Threads follow the cores other processes leave free (``machine.FreeCores``), request by
     request; a cached prefix written on two threads and read on one gives plain greedy's
@@ -237,7 +268,7 @@ def test_a_keystrokes_new_ids_are_one_padded_pass_with_decodings_bits(tiny_gguf)
     assert (reused, computed, target.forward_calls - calls) == (len(ids), 3, 1)
     target.crop(len(ids))
     one_at_a_time = [target.forward([t])[0] for t in typed][-1]
-    assert torch.equal(logits, one_at_a_time)
+    assert np.array_equal(logits, one_at_a_time)
 
 
 def test_settings_reach_llama_cpp_and_the_file_is_read_not_mapped(tiny_gguf):
