@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 LAYERS = [
     {"files", "memory", "languages", "machine", "client_stops"},
     {"stats", "engine", "quant", "tokenizer"},
-    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml"},
+    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml", "nextedit"},
     {"prompt", "draft_verdict", "backend_choice"},
     {"runtime"},
     {"lookahead", "completion"},
