@@ -53,6 +53,8 @@ class Settings:
     workspace_context: bool = setting(True)
     # with a remote engine: the workspace's definitions go to the server too (redacted first)
     remote_workspace_context: bool = setting(True)
+    # next edits asked through textDocument/copilotInlineEdit (codespec/nextedit)
+    next_edit_suggestions: bool = setting(True)
 
 
 def completion_options(settings: Settings, invoked: bool = False, **own: Any) -> CompletionOptions:

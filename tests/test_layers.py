@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 LAYERS = [
     {"files", "memory", "languages", "machine", "client_stops"},
     {"stats", "engine", "quant", "tokenizer"},
-    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml", "nextedit"},
-    {"prompt", "draft_verdict", "backend_choice"},
+    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml"},
+    {"prompt", "draft_verdict", "backend_choice", "nextedit"},
     {"runtime"},
     {"lookahead", "completion"},
     {"settings"},

@@ -7,7 +7,7 @@ import pytest
 
 from codespec.models import load_manifest, tokenizer_folder
 from codespec.models.loading import load_tokenizer
-from codespec.nextedit import edits, history, prompt
+from codespec.nextedit import edits, history, prompt, suggest
 from codespec.nextedit.history import EditHistory
 
 SOURCE = """def total(items):
@@ -43,7 +43,7 @@ def test_keystrokes_of_one_rename_are_one_edit_of_whole_lines():
     assert doc.splitlines()[1] == "    subtotal = 0"
     assert len(hist.edits) == 1
     edit = hist.edits[0]
-    assert (edit.old, edit.new, edit.line) == ("    count = 0", "    subtotal = 0", 1)
+    assert (edit.old, edit.new) == ("    count = 0", "    subtotal = 0")
 
 
 def test_typing_and_deleting_back_to_the_original_leaves_no_edit():
@@ -68,7 +68,16 @@ def test_a_large_document_keeps_no_original_and_a_paste_is_cut():
     assert EditHistory.opened("x" * (history.MAX_ORIGINAL_CHARS + 1)).original is None
     hist = EditHistory.opened("")
     hist.record("", 0, "", "y" * 10 * history.MAX_EDIT_CHARS, 0.0)
-    assert len(hist.edits[0].new) == history.MAX_EDIT_CHARS
+    assert len(hist.edits[0].new) <= history.MAX_EDIT_CHARS
+
+
+def test_an_edit_in_a_minified_line_keeps_the_change_and_a_bounded_piece_around_it():
+    line = "x" * 900_000
+    hist = EditHistory.opened("")
+    hist.record(line, 450_000, "x", "Y", 0.0)
+    edit = hist.edits[0]
+    assert "Y" in edit.new and "Y" not in edit.old
+    assert len(edit.old) <= history.MAX_EDIT_CHARS and len(edit.new) <= history.MAX_EDIT_CHARS
 
 
 def numbered(n: int) -> str:
@@ -154,3 +163,49 @@ def test_an_edit_that_undoes_the_users_own_is_dropped():
     assert edits.filtered(doc, undone, hist.edits[-1]) == []
     follow = doc.replace("count", "subtotal")  # the rename carried on: what NES is for
     assert [(e.first, e.end) for e in edits.filtered(doc, follow, hist.edits[-1])] == [(3, 5)]
+
+
+WINDOW = "a = 1\nb = a\nc = b\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [
+        ("a = 1\nb = a", None),  # still inside the window
+        ("a = 1\nb = a\nc = b\n<|file_sep|>other.py\n", len(WINDOW)),  # the next section
+        ("a = 1\nb = a\nc = b\nprint(c)\n", len(WINDOW)),  # its last line written again
+        ("a = 1\nc = b\nmore", len("a = 1\nc = b\n")),  # ... after a line was deleted
+        ("a = 1\n```\nprose", len("a = 1\n")),  # a code fence
+        ("x\n" * 40, len("x\n" * (3 + suggest.EXTRA_LINES))),  # the line budget
+    ],
+)
+def test_the_updated_window_ends_where_the_window_does(text, cut):
+    assert suggest.WindowEnd(WINDOW, "<|file_sep|>").cut(text) == cut
+
+
+def test_the_daemons_documents_record_edits_from_ranged_and_whole_text_changes():
+    from lsprotocol import types
+
+    from codespec.server.documents import Document
+
+    def position(line: int, character: int) -> types.Position:
+        return types.Position(line=line, character=character)
+
+    for whole in (False, True):
+        doc = Document("file:///cart.py", SOURCE)
+        text = SOURCE
+        for k, ch in enumerate("sub"):  # typed before "count" on line 1, a key at a time
+            text = text[: SOURCE.index("count") + k] + ch + text[SOURCE.index("count") + k :]
+            if whole:
+                change = types.TextDocumentContentChangeWholeDocument(text=text)
+            else:
+                at = position(1, 4 + k)
+                change = types.TextDocumentContentChangePartial(types.Range(at, at), ch)
+            doc.apply(change, "utf-16")
+        assert doc.text == text
+        assert [(e.old, e.new) for e in doc.history.edits] == [
+            ("    count = 0", "    subcount = 0")
+        ]
+        copy = doc.edited([types.TextDocumentContentChangeWholeDocument(text=SOURCE)], "utf-16")
+        # the copy typed back to the original: its edit is gone, the document's is not
+        assert copy.history.edits == [] and len(doc.history.edits) == 1

@@ -290,3 +290,40 @@ def test_the_ggml_fast_configuration_decodes_lone_rows_and_speculates():
         logits, _, _ = target.prefill(prompt + plain.tokens[: diverged[0]])
         top = np.sort(logits)[-2:]
         assert float(top[1] - top[0]) < 0.5, (diverged[0], top)
+
+
+CART = """def total(items, tax):
+    count = 0
+    for item in items:
+        count += item.price * item.quantity
+    if count > 100:
+        count -= 5
+    return count * (1 + tax)
+"""
+
+
+def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
+    """A rename at its first assignment, its later uses still to follow: the updated window is
+    the target's own greedy tokens (bit-exact passes here: the same as plain decoding), written
+    in far fewer passes with the current window as the draft, and nothing past the window."""
+    pytest.importorskip("llama_cpp")
+    from codespec.nextedit.history import EditHistory
+    from codespec.nextedit.suggest import EXTRA_LINES, suggest
+    from codespec.runtime import load_pair
+
+    pair = load_pair(backend="ggml", exact=True, draft_mode="off", progress=lambda m: None)
+    history = EditHistory.opened(CART)
+    at = CART.index("count = 0")
+    history.record(CART, at, "count", "subtotal", now=0.0)
+    text = CART[:at] + "subtotal" + CART[at + len("count") :]
+    runs = [
+        suggest(pair.engine, pair.tokenizer, "<|file_sep|>", "cart.py", text, 1, history,
+                speculate=speculate)
+        for speculate in (False, True)
+    ]  # fmt: skip
+    plain, fast = runs
+    assert fast.updated == plain.updated and fast.edits == plain.edits
+    assert fast.stats.accepted["rewrite"] > 0
+    assert fast.stats.target_passes * 2 < plain.stats.target_passes, fast.stats.pass_log
+    assert "<|file_sep|>" not in fast.updated
+    assert len(fast.updated.splitlines()) <= len(text.splitlines()) + EXTRA_LINES

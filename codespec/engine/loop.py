@@ -46,6 +46,7 @@ from .proposers import (
     Sampling,
 )
 from .request import Generation, GenerationParams, GenerationStats, Output, StopRule
+from .rewrite import RewriteProposer
 from .stop import Cancelled, StopSignal
 from .timing import timed
 from .tree import Logits, TokenTree
@@ -82,7 +83,11 @@ class Engine:
         self.stop_ids = set(stop_ids or ())
         # the proposers, lookups first (their spans lead the tree); the workspace lookup is
         # fed per request (``GenerationParams.corpora``)
-        self.proposers: list[Proposer] = [ngram or NgramProposer(), CorpusProposer()]
+        self.proposers: list[Proposer] = [
+            ngram or NgramProposer(),
+            CorpusProposer(),
+            RewriteProposer(),
+        ]
         if draft is not None:
             self.proposers.append(DraftProposer(draft, threshold=draft_threshold))
         self.policy = policy or SpeculationPolicy(draft_mode="auto" if draft else "off")

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 NGRAM = "ngram"  # the prompt's own n-grams (``ngram.py``)
 WORKSPACE = "workspace"  # the workspace's and the accepted completions' token ids (``corpus.py``)
 DRAFT = "draft"  # the small model (``draft.py``)
-LOOKUP_SOURCES = (NGRAM, WORKSPACE)
+REWRITE = "rewrite"  # the text a rewrite copies from, aligned with the output (``rewrite.py``)
+LOOKUP_SOURCES = (NGRAM, WORKSPACE, REWRITE)
 SOURCES = (*LOOKUP_SOURCES, DRAFT)
 
 

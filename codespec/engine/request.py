@@ -39,6 +39,9 @@ class GenerationParams:
     # prompt[start:end] is not text before the cursor (a FIM prompt's suffix and its markers):
     # corpus lookup leaves it out, so the text before the cursor runs on into what is generated
     not_before_cursor: tuple[int, int] | None = None
+    # the token ids of a text the output rewrites (a next edit's window): its own draft
+    # (``rewrite.py``); empty: not a rewrite
+    rewrite_of: tuple[int, ...] = ()
 
 
 @dataclass

@@ -24,14 +24,14 @@ COALESCE_S = 5.0  # keystrokes further apart in time than this are separate edit
 
 @dataclass
 class Edit:
-    """The whole lines an edit touched, before (``old``) and after (``new``) it.
+    """The whole lines an edit touched, before (``old``) and after (``new``) it (at most
+    ``MAX_EDIT_CHARS`` on either side of the change: a minified line is not copied whole).
 
     ``start`` and ``end`` bound the changed characters in the text after the edit (where a next
-    keystroke continues it); ``line`` is the first touched line's number there."""
+    keystroke continues it)."""
 
     old: str
     new: str
-    line: int
     start: int
     end: int
     at: float  # when its last keystroke came (the caller's clock)
@@ -40,18 +40,8 @@ class Edit:
         """Whether a change replacing ``removed`` at ``start`` continues this edit: it touches
         the edit's characters or their ends (typing on, deleting back past either end, retyping
         inside), soon after it."""
-        return (
-            now - self.at <= COALESCE_S and start <= self.end and start + len(removed) >= self.start
-        )
-
-    def grow(self, start: int, removed: str, inserted: str) -> None:
-        """Widen the changed span by a change that continues it (``continued_by``)."""
-        change_end = start + len(removed)
-        if self.end >= change_end:
-            self.end += len(inserted) - len(removed)
-        else:
-            self.end = start + len(inserted)
-        self.start = min(self.start, start)
+        soon = now - self.at <= COALESCE_S
+        return soon and start <= self.end and start + len(removed) >= self.start
 
 
 @dataclass
@@ -66,22 +56,30 @@ class EditHistory:
         return cls(text if len(text) <= MAX_ORIGINAL_CHARS else None)
 
     def record(self, before: str, start: int, removed: str, inserted: str, now: float) -> None:
-        """A change was applied to ``before``: ``removed`` at ``start`` became ``inserted``."""
+        """A change was applied to ``before``: ``removed`` at ``start`` became ``inserted``.
+        Its cost follows the change and its lines, not the document."""
         if removed == inserted:
             return
-        after = before[:start] + inserted + before[start + len(removed) :]
+        end = start + len(removed)
         last = self.edits[-1] if self.edits else None
         if last is not None and last.continued_by(start, removed, now):
-            # the same edit, grown: its old lines stay, its new lines are read again
-            last.grow(start, removed, inserted)
-            last.new = _cut(_lines_around(after, last.start, last.end)[0])
+            # the same edit, grown: its old lines stay, its new lines are read again around
+            # the union of its span and this change's
+            _, last.new = _lines(
+                before, min(last.start, start), max(last.end, end), start, end, inserted
+            )
+            last.end = (
+                last.end + len(inserted) - len(removed)
+                if last.end >= end
+                else start + len(inserted)
+            )
+            last.start = min(last.start, start)
             last.at = now
             if last.new == last.old:  # typed and deleted back to where it was: no edit
                 self.edits.pop()
             return
-        old, _ = _lines_around(before, start, start + len(removed))
-        new, line = _lines_around(after, start, start + len(inserted))
-        self.edits.append(Edit(_cut(old), _cut(new), line, start, start + len(inserted), now))
+        old, new = _lines(before, start, end, start, end, inserted)
+        self.edits.append(Edit(old, new, start, start + len(inserted), now))
         del self.edits[:-MAX_EDITS]
 
     def recent(self, count: int) -> list[Edit]:
@@ -89,13 +87,18 @@ class EditHistory:
         return self.edits[-count:] if count > 0 else []
 
 
-def _lines_around(text: str, start: int, end: int) -> tuple[str, int]:
-    """The whole lines holding ``text[start:end]`` (without the last line break), and the
-    number of the first of them."""
-    first = text.rfind("\n", 0, start) + 1
-    last = text.find("\n", max(end, first))
-    return text[first : last if last >= 0 else len(text)], text.count("\n", 0, first)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_EDIT_CHARS else text[:MAX_EDIT_CHARS]
+def _lines(
+    before: str, first: int, last: int, start: int, end: int, inserted: str
+) -> tuple[str, str]:
+    """The whole lines of ``before`` holding ``[first, last)``, and the same lines once
+    ``before[start:end]`` became ``inserted`` (the change lies inside them), without their last
+    line break. Bounded: at most a quarter of ``MAX_EDIT_CHARS`` of a line on each side of the
+    span, and half of it of the text removed or inserted (a paste, a minified line)."""
+    side, middle = MAX_EDIT_CHARS // 4, MAX_EDIT_CHARS // 2
+    floor = max(0, first - side)
+    low = max(before.rfind("\n", floor, first) + 1, floor)
+    ceiling = min(len(before), last + side)
+    high = before.find("\n", last, ceiling)
+    high = high if high >= 0 else ceiling
+    old = before[low:start] + before[start:end][:middle] + before[end:high]
+    return old, before[low:start] + inserted[:middle] + before[end:high]

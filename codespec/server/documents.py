@@ -17,9 +17,12 @@ import dataclasses
 import re
 import time
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 
 from lsprotocol import types
+
+from ..nextedit.history import EditHistory
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_CHARS = 4_000_000  # larger documents are kept in sync but get no completions
@@ -81,7 +84,12 @@ class Document:
     # where and when (``time.monotonic``) the last change was made: the "recently edited" range
     # other documents' prompts may show (``workspace/snippets.py``); None until an edit
     last_edit: tuple[int, float] | None = None
+    # its recent edits and its text before them, for next-edit suggestions (``nextedit/``)
+    history: EditHistory = field(init=False, repr=False)
     _starts: list[int] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.history = EditHistory.opened(self.text)  # (the same string: no copy until edited)
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -131,18 +139,23 @@ class Document:
         """Apply one change. Its cost follows the change, not the document: the position is
         found in C-speed slices of its line, and the line index is mended around the edit
         (lines after it shift), never rebuilt."""
+        before, now = self.text, time.monotonic()
         if isinstance(change, types.TextDocumentContentChangePartial):
             a = self.offset_at(change.range.start, encoding)
             b = self.offset_at(change.range.end, encoding)
             a, b = min(a, b), max(a, b)
+            inserted = change.text
             self.text = self.text[:a] + change.text + self.text[b:]
             self._mend_starts(a, b, len(change.text))
-        else:
+        else:  # the whole text: the edit is between what it shares at each end
             a = first_difference(self.text, change.text)
+            tail = common_suffix(self.text, change.text, min(len(self.text), len(change.text)) - a)
+            b, inserted = len(before) - tail, change.text[a : len(change.text) - tail]
             self.text = change.text
             self._starts = None
+        self.history.record(before, a, before[a:b], inserted, now)
         self.edits += 1
-        self.last_edit = (a, time.monotonic())
+        self.last_edit = (a, now)
 
     def edited_line(self) -> int | None:
         """The line of the last change (None: none since it was opened)."""
@@ -155,6 +168,7 @@ class Document:
         apply a costly message while the event loop goes on reading this one)."""
         starts = None if self._starts is None else list(self._starts)
         copy = dataclasses.replace(self, _starts=starts)
+        copy.history = deepcopy(self.history)  # (its original text is shared, not copied)
         for change in changes:
             copy.apply(change, encoding)
         return copy
@@ -162,7 +176,7 @@ class Document:
     def take(self, edited: Document) -> None:
         """Become ``edited`` (this document's ``edited`` copy), all at once."""
         self.text, self._starts, self.edits = edited.text, edited._starts, edited.edits
-        self.last_edit = edited.last_edit
+        self.last_edit, self.history = edited.last_edit, edited.history
 
     def _mend_starts(self, a: int, b: int, inserted: int) -> None:
         """The line index after text ``[a, b)`` became ``inserted`` characters. Starts before
@@ -216,6 +230,21 @@ def first_difference(a: str, b: str, chunk: int = 4096) -> int:
     while at < end and a[at] == b[at]:
         at += 1
     return at
+
+
+def common_suffix(a: str, b: str, limit: int, chunk: int = 4096) -> int:
+    """How many characters ``a`` and ``b`` share at their ends, at most ``limit``, compared a
+    chunk at a time (as ``first_difference``)."""
+    n = 0
+    while n < limit:
+        step = min(chunk, limit - n)
+        if a[len(a) - n - step : len(a) - n] == b[len(b) - n - step : len(b) - n]:
+            n += step
+            continue
+        while n < limit and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+            n += 1
+        return n
+    return n
 
 
 def _last_le(values: list[int], x: int) -> int:

@@ -21,6 +21,7 @@ from .config import merge
 from .counters import worker_stats
 from .folders import declare_folders
 from .jobs import inline_completion, schedule_warm
+from .next_edits import DID_SHOW_INLINE_EDIT, INLINE_EDIT, did_show_inline_edit, inline_edit
 from .state import open_document
 
 if TYPE_CHECKING:  # session.py builds the server and registers these
@@ -127,6 +128,15 @@ def on_document(ls: CodespecServer, params: Any) -> dict:
     return {"uri": doc.uri, "version": doc.version, "text": doc.text}
 
 
+async def on_inline_edit(ls: CodespecServer, params: Any) -> dict:
+    """``textDocument/copilotInlineEdit``: the next edits around a position (``next_edits.py``)."""
+    return await inline_edit(ls, as_dict(params))
+
+
+def on_did_show_inline_edit(ls: CodespecServer, params: Any) -> None:
+    did_show_inline_edit(ls, as_dict(params))
+
+
 def verdict_handler(command: str):
     """The handler of ``codespec.didShow`` or another verdict command (lsp/PROTOCOL.md,
     "Verdicts"). pygls reads a command handler's signature to hand it the arguments, and
@@ -150,6 +160,8 @@ FEATURES: list[tuple[str, Any, Any]] = [
     (DOCUMENT, on_document, None),
     (MODELS, on_models, None),
     (CHOOSE_MODEL, on_choose_model, None),
+    (INLINE_EDIT, on_inline_edit, None),
+    (DID_SHOW_INLINE_EDIT, on_did_show_inline_edit, None),
 ]
 
 

@@ -17,8 +17,20 @@ from typing import Any, Self
 from ..client_stops import ClientStops
 from ..completion import CompletionOptions
 from ..engine import StopSignal
+from ..nextedit.history import EditHistory
+from ..nextedit.suggest import NextEdit
 from ..stats.record import Timing, new_id
 from ..stops import Cursor
+
+
+@dataclass(frozen=True)
+class NextEditAsk:
+    """What a next-edit request computes from (``nextedit/suggest.py``): the document's text
+    and line then, and a copy of its edit history."""
+
+    text: str
+    line: int
+    history: EditHistory
 
 
 class JobStop(StopSignal):
@@ -57,6 +69,7 @@ class Place:
     raw_prompt: str | None = None
     client_stops: ClientStops | None = None  # the client's own stop conditions
     client: str = ""  # which client asked (an HTTP client's name), for the stats
+    next_edit: NextEditAsk | None = None  # a next-edit request, not a completion
     # when the work gives the engine up (``engine/stop.py``; set through ``stop``)
     signal: StopSignal = field(default_factory=StopSignal)
     # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's
@@ -72,7 +85,7 @@ class Place:
         (``on_text``, ``shown_next``...) given; a fresh stop signal either way."""
         where = {f.name: getattr(place, f.name) for f in fields(Place) if f.init}
         del where["signal"]
-        return cls(**where, **own)
+        return cls(**{**where, **own})  # (the work's own win: a place's ``next_edit``)
 
     def stale(self) -> bool:
         """Whether the document was edited since the work was asked (its result would be for
@@ -106,6 +119,7 @@ class Job(Place):
     yielded: bool = False  # stopped after its share of the worker: another session waited
     share_timer: Any = None  # the threading.Timer that ends its share, once one is due
     timing: Timing = field(default_factory=Timing)  # arrived: when it was submitted
+    found: NextEdit | None = None  # a next-edit request's edits, once it ran
 
 
 @dataclass

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING
 from ..completion import CompletionResult, complete, complete_raw, prompt_at, raw_prompt
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..memory import return_freed_memory
+from ..nextedit.suggest import suggest
 from ..stats.record import Outcome, request_row
 from ..stops import Mode
 from .counters import WorkerStats
-from .places import Job, WarmJob
+from .places import Job, NextEditAsk, WarmJob
 from .scheduler import JOB_SHARE_S, QUEUE_DEADLINE_S, Scheduler
 
 if TYPE_CHECKING:
@@ -141,6 +142,8 @@ class Worker:
         kind = kinds[mode] if mode is not None else "none"
         if job.raw_prompt is not None:
             kind = "raw"
+        if job.next_edit is not None:
+            kind = "next-edit"
         try:
             self.record(
                 request_row(
@@ -253,7 +256,9 @@ class Worker:
             engine = pair.engine
             job.signal.probe = engine.passes_run  # (cancel checks count the passes)
             result: CompletionResult
-            if job.raw_prompt is not None:
+            if job.next_edit is not None:
+                result = self._next_edits(pair, job, job.next_edit)
+            elif job.raw_prompt is not None:
                 result = complete_raw(
                     pair,
                     job.raw_prompt,
@@ -292,6 +297,22 @@ class Worker:
             }
             return Outcome.CANCELLED, result, None
         return answered, result, None
+
+    @staticmethod
+    def _next_edits(pair: LoadedPair, job: Job, ask: NextEditAsk) -> CompletionResult:
+        """A next-edit request (``nextedit/suggest.py``): its edits are kept on the job, the
+        updated window the model wrote is the result's text (an empty one: no suggestion)."""
+        separator = pair.manifest.tokens.file_sep
+        if not separator:  # a model without repository tokens: no prompt to write
+            return CompletionResult("", Mode.NONE, None)
+        job.found = found = suggest(
+            pair.engine, pair.tokenizer, separator, job.path or "file", ask.text, ask.line,
+            ask.history, stop=job.signal,
+        )  # fmt: skip
+        text = found.updated if found.edits else ""
+        return CompletionResult(
+            text, Mode.BLOCK, found.stats, prompt_tokens=found.prompt_tokens, tokens=found.tokens
+        )
 
     def _finish(
         self, job: Job, outcome: Outcome, result: CompletionResult | None, error: Exception | None

@@ -26,6 +26,7 @@ export const SERVER_SETTINGS = [
   "completeMidWord",
   "workspaceContext",
   "remoteWorkspaceContext",
+  "nextEditSuggestions",
 ] as const;
 
 /** The server's settings out of the `codespec.*` configuration (`get` reads one key). */
