@@ -2,8 +2,9 @@
 ``tokenizer.json``, without transformers.
 
 transformers' tokenizer classes wrap this same Rust tokenizer, but importing transformers
-imports torch (~0.3 GB of a daemon's memory and seconds of its start), which a CPU daemon on
-llama.cpp's kernels never needs. So the daemon reads the tokenizer with ``tokenizers`` alone;
+imports torch, which a CPU daemon on llama.cpp's kernels never needs and which costs it memory
+and start-up time (``docs/benchmarks.md``, "No torch in a CPU daemon"). So the daemon reads
+the tokenizer with ``tokenizers`` alone;
 transformers writes the folder once (``models/sources.py``: from a GGUF's vocabulary, in a
 process of its own). ``Tokenizer`` is the part of transformers' tokenizer interface codespec
 calls, so a transformers tokenizer (the tests compare the two) fits wherever this one does.
