@@ -11,6 +11,7 @@ from helpers import CancelAfter, PreemptAfter, naive_greedy, tiny_qwen2
 from codespec.engine import Engine, GenerationParams, NgramProposer, StopSignal
 from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
+from codespec.engine.proposers import SOURCES
 
 PROMPTS = [
     [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 11, 12, 13, 5, 6],
@@ -53,7 +54,7 @@ def test_speculative_equals_naive_greedy(target_model, other_model, mix, prompt)
     assert stats.tokens == 48 and stats.stop_reason == "max_tokens"
     if mix == "plain":
         assert stats.target_passes == 47
-        assert stats.proposed == {"ngram": 0, "workspace": 0, "draft": 0}
+        assert stats.proposed == dict.fromkeys(SOURCES, 0)
     if mix == "draft-good":  # the target drafting for itself is always right
         assert stats.accepted["draft"] == stats.proposed["draft"] > 0
         assert stats.target_passes < 47
