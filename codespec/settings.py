@@ -55,6 +55,8 @@ class Settings:
     remote_workspace_context: bool = setting(True)
     # next edits asked through textDocument/copilotInlineEdit (codespec/nextedit)
     next_edit_suggestions: bool = setting(True)
+    # how sure the model must be of a next edit to show it (``nextedit/edits.py``, EAGERNESS)
+    next_edit_eagerness: str = setting("medium", choices=("low", "medium", "high"))
 
 
 def completion_options(settings: Settings, invoked: bool = False, **own: Any) -> CompletionOptions:

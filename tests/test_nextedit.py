@@ -111,7 +111,7 @@ def test_the_prompt_is_sweeps_sections_in_order():
         "shop/cart.py.diff\noriginal:\n    count = 0\nupdated:\n    subcount = 0\n",
         f"original/shop/cart.py\n{SOURCE}",
         f"current/shop/cart.py\n{doc}",
-        "updated/shop/cart.py\n",
+        "updated/shop/cart.py",
     ]
     assert (built.window.first, built.window.end) == (0, 5)
 
@@ -177,6 +177,8 @@ WINDOW = "a = 1\nb = a\nc = b\n"
         ("a = 1\nc = b\nmore", len("a = 1\nc = b\n")),  # ... after a line was deleted
         ("a = 1\n```\nprose", len("a = 1\n")),  # a code fence
         ("x\n" * 40, len("x\n" * (3 + suggest.EXTRA_LINES))),  # the line budget
+        ("\na = 1\nb = a\nc = b\nprint(c)\n", 1 + len(WINDOW)),  # after the header's break
+        ("\n```\nprose", 1),
     ],
 )
 def test_the_updated_window_ends_where_the_window_does(text, cut):
@@ -209,3 +211,50 @@ def test_the_daemons_documents_record_edits_from_ranged_and_whole_text_changes()
         copy = doc.edited([types.TextDocumentContentChangeWholeDocument(text=SOURCE)], "utf-16")
         # the copy typed back to the original: its edit is gone, the document's is not
         assert copy.history.edits == [] and len(doc.history.edits) == 1
+
+
+def test_the_edits_worth_showing_become_one_edit_with_the_lines_between_as_they_are():
+    current = "a = 1\nk = 0\n  c = 5\nm = 0\nd = a\ne = 2\n"
+    updated = "a_v = 1\nk = 0\n    c = 5\nm = 0\nd = a_v\ne = 2\n"  # (line 3: whitespace)
+    shown = edits.filtered(current, updated, None)
+    hunk = edits.hunk(current, shown)
+    assert hunk is not None and (hunk.first, hunk.end, hunk.at) == (0, 5, 0)
+    assert hunk.old == "a = 1\nk = 0\n  c = 5\nm = 0\nd = a\n"
+    assert hunk.new == "a_v = 1\nk = 0\n  c = 5\nm = 0\nd = a_v\n"  # (the noise left out)
+    assert edits.hunk(current, []) is None
+    kept = "a = 1\nk = 0\nd = a\ne = 2\n"
+    deleted = edits.hunk(current, edits.filtered(current, kept, None))
+    assert deleted is not None and (deleted.first, deleted.end, deleted.new) == (2, 4, "")
+
+
+def test_a_rewrite_that_stopped_before_the_windows_end_deletes_nothing():
+    current = "a = 1\nb = a\nc = a\nd = 2\n"
+    stopped = "a_v = 1\nb = a_v\n"  # (the model ended the file here)
+    assert edits.completed(current, stopped) == "a_v = 1\nb = a_v\nc = a\nd = 2\n"
+    assert edits.completed(current, "a = 1\nb = a_v\n") == "a = 1\nb = a_v\nc = a\nd = 2\n"
+    assert edits.completed(current, "") == current  # (it wrote nothing at all)
+    middle = "a = 1\nd = 2\n"  # lines deleted before the last one written again: an edit
+    assert edits.completed(current, middle) == middle
+
+
+def test_an_edits_confidence_is_its_least_likely_token():
+    updated = "x = 1\ny = 2\nz = 3\n"
+    spans = [(0, 6), (6, 9), (9, 12), (12, 18)]  # "x = 1\n" "y =" " 2\n" "z = 3\n"
+    p = [0.9, 0.6, 0.3, 0.99]
+    changed = edits.LineEdit(1, 2, "y = 0\n", "y = 2\n", at=1)
+    assert edits.confidence(updated, changed, spans, p) == 0.3
+    last = edits.LineEdit(2, 3, "z = 0\n", "z = 3\n", at=2)
+    assert edits.confidence(updated, last, spans, p) == 0.99
+    # lines deleted before line 2: the token that went on past them decided it
+    gone = edits.LineEdit(2, 4, "q\nr\n", "", at=2)
+    assert edits.confidence(updated, gone, spans, p) == 0.99
+    assert edits.confidence(updated, gone, spans, []) == 1.0  # (no probabilities: a remote engine)
+
+
+def test_token_spans_follow_the_decoded_text(qwen_tokenizer):
+    text = "naïve = café → 1\n"
+    ids = qwen_tokenizer(text)["input_ids"]
+    spans = edits.token_spans(qwen_tokenizer.decode, ids)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(a <= b for a, b in spans)
+    assert all(x[1] == y[0] for x, y in zip(spans, spans[1:], strict=False))

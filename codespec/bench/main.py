@@ -155,6 +155,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
         kinds = [k for k in corpus.KINDS if any(h.kind == k for h in holes)]
     elif getattr(args, "repo", False):
         return run_repo_mode(args, corpus_dir, languages, per_kind, max_tokens, log)
+    elif getattr(args, "edits", False):
+        return run_edits_mode(args, corpus_dir, per_kind, log)
     else:
         holes, present, missing = cut_corpus(corpus_dir, languages, kinds, per_kind, args.seed)
     for line in missing:
@@ -289,6 +291,46 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
     )
 
 
+def run_edits_mode(args, corpus_dir: Path, per_kind: int, log) -> dict:
+    """``--edits``: next-edit cases cut from the corpus (``edits.py``)."""
+    from ..runtime import load_pair
+    from .edit_cases import DEFAULT_LANGUAGES, cut
+    from .edits import run_edits
+
+    languages = _names(args.languages, "--languages") or list(DEFAULT_LANGUAGES)
+    unknown = [name for name in languages if name not in LANGUAGES]
+    if unknown:
+        raise BenchError(f"unknown language {unknown[0]!r} (known: {', '.join(LANGUAGES)})")
+    cases, short = cut(sources.packages(corpus_dir, set(languages)), languages, per_kind, args.seed)
+    for line in short:
+        log(f"skipped {line}")
+    if not cases:
+        raise BenchError("no next-edit cases: no sources for the chosen languages")
+    log(f"{len(cases)} next-edit cases in {len({c.language for c in cases})} languages")
+    pair = load_pair(
+        pair_named(args.pair, args.model, draft=args.draft_model),
+        device=args.device,
+        draft_mode="off",
+        progress=log,
+        quantize=args.quantize,
+        backend=args.backend,
+        exact=args.exact,
+    )
+    try:
+        result = run_edits(pair, cases, log)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+    return dict(
+        command="codespec bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        model=pair.model_label,
+        backend=pair.quantization,
+        settings=dict(seed=args.seed, languages=languages, per_kind=per_kind),
+        missing=short,
+        **result,
+    )
+
+
 def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> dict:
     """``--engine``: the holes as concurrent editors against serving engines
     (``concurrency.py``); nothing runs locally but the tokenizer and the stop rules."""
@@ -364,6 +406,14 @@ def main(args: argparse.Namespace) -> int:
     except BenchError as exc:
         print(f"codespec: error: {exc}", file=sys.stderr)
         return 2
+    if "rows" in result and "summary" in result:  # --edits
+        from .edits import table as edits_table
+
+        print(edits_table(result["summary"]))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+            print(f"wrote {args.json}")
+        return 0
     if "concurrency" in result or "summary" in result:  # --engine, --repo
         if "summary" in result:
             from .repo import table

@@ -35,6 +35,13 @@ def add_parser(sub: Subparsers) -> None:
         "context, side by side (--per-kind holes per language)",
     )
     b.add_argument(
+        "--edits",
+        action="store_true",
+        help="next edits: renames and parameters whose uses should follow, reworded comments "
+        "where nothing should (--per-kind cases per language; default languages: python, "
+        "javascript, typescript, go, rust, java)",
+    )
+    b.add_argument(
         "--repo-lines",
         type=int,
         default=1,

@@ -50,7 +50,7 @@ from .rewrite import RewriteProposer
 from .stop import Cancelled, StopSignal
 from .timing import timed
 from .tree import Logits, TokenTree
-from .verify import logits_to_probs, sample, walk_tree
+from .verify import chosen_probabilities, logits_to_probs, sample, walk_tree
 from .warmup import WarmUps
 
 
@@ -194,6 +194,8 @@ class Engine:
                 self.warm_ups.request_ran(prompt, logits)
                 stats.prefill_s = time.perf_counter() - t0
                 pending = self._choose(logits, sampling)
+                if params.keep_probabilities:
+                    stats.chosen_p += chosen_probabilities(logits.reshape(1, -1), [pending])
                 first = out.push([pending])
                 stats.ttft_s = time.perf_counter() - t0
                 if first:
@@ -220,7 +222,11 @@ class Engine:
                     proposing.learn(self.policy, active, proposal, path, stats)
                     # 6) Emit the accepted tokens and the bonus; stop rules may cut them.
                     pending = bonus
-                    fresh = out.push([tree.tokens[i] for i in path] + [bonus])
+                    emitted = [tree.tokens[i] for i in path] + [bonus]
+                    if params.keep_probabilities:  # (row 0 chose the first; node i's row, i + 1)
+                        chosen_rows = logits[[0] + [i + 1 for i in path]]
+                        stats.chosen_p += chosen_probabilities(chosen_rows, emitted)
+                    fresh = out.push(emitted)
                     if fresh:
                         yield fresh
             except Cancelled:

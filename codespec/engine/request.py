@@ -42,6 +42,9 @@ class GenerationParams:
     # the token ids of a text the output rewrites (a next edit's window): its own draft
     # (``rewrite.py``); empty: not a rewrite
     rewrite_of: tuple[int, ...] = ()
+    # keep the target's probability of each token it emits (``GenerationStats.chosen_p``):
+    # what a next edit's confidence is read from; a softmax a token, so only when asked
+    keep_probabilities: bool = False
 
 
 @dataclass
@@ -68,6 +71,9 @@ class GenerationStats:
     prefill_s: float = 0.0
     total_s: float = 0.0
     stop_reason: str = ""  # eos | max_tokens | stop_rule | cancelled
+    # with ``keep_probabilities``: the target's probability of each emitted token, in order
+    # (it may run past the output where a stop rule cut the last pass's tokens)
+    chosen_p: list[float] = field(default_factory=list)
 
     @property
     def tokens_per_pass(self) -> float:

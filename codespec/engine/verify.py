@@ -32,6 +32,14 @@ def logits_to_probs(logits: Logits, temperature: float) -> Logits:
     return z / z.sum(axis=-1, keepdims=True)
 
 
+def chosen_probabilities(rows: Logits, tokens: list[int]) -> list[float]:
+    """The probability each row's softmax gives its token: ``rows`` (n, V), one token a row."""
+    picked = rows[np.arange(len(tokens)), tokens].astype(np.float64)
+    top = rows.max(axis=-1).astype(np.float64)
+    totals = np.exp(rows.astype(np.float64) - top[:, None]).sum(axis=-1)
+    return [float(p) for p in np.exp(picked - top) / totals]
+
+
 def sample(probs: NDArray[np.floating], rng: np.random.Generator | None) -> int:
     """Draw one token id from a (V,) distribution (by its cumulative sum: a total that
     rounding left a little off 1 still draws every token in proportion)."""

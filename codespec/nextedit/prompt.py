@@ -7,7 +7,12 @@ writes the updated window::
     <|file_sep|>{path}.diff\\noriginal:\\n{old lines}\\nupdated:\\n{new lines}  (recent edits)
     <|file_sep|>original/{path}\\n{the window before the session's edits}
     <|file_sep|>current/{path}\\n{the window now}
-    <|file_sep|>updated/{path}\\n
+    <|file_sep|>updated/{path}
+
+The prompt ends before the header's line break: the model writes it, then the window. Ending
+the prompt with it would split what the tokenizer merges: a window that starts with a blank
+line starts with one ``\\n\\n`` token after the header in the ``current/`` block, and a
+lone ``\\n`` token before it is text the model has never seen (it ends the file at once).
 
 The prompt is a list of segments, the separator apart from the text: text is tokenized with
 special tokens read as plain text, so a file that spells ``<|file_sep|>`` cannot forge a
@@ -99,7 +104,7 @@ def build(
     )
     segments += [SEPARATOR, f"original/{path}\n{_ending(before)}"]
     segments += [SEPARATOR, f"current/{path}\n{_ending(window.text)}"]
-    segments += [SEPARATOR, f"updated/{path}\n"]
+    segments += [SEPARATOR, f"updated/{path}"]
     return NextEditPrompt(segments, window)
 
 

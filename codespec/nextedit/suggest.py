@@ -22,14 +22,18 @@ from .history import EditHistory
 EXTRA_LINES = 8  # lines an updated window may have beyond the current one's
 EXTRA_TOKENS = 64  # tokens likewise (the token limit of the rewrite)
 DROPPED_LINES = 3  # lines before its end an updated window may end, having deleted some
+HEAD = "\n"  # what the model writes before the window: the ``updated/{path}`` header's end
 
 
 @dataclass(frozen=True)
 class NextEdit:
-    """What a next-edit request found: the edits worth showing (none: no suggestion), the
-    window they are in, the updated window the model wrote, and what writing it took."""
+    """What a next-edit request found: the edits worth showing (none: no suggestion) and the
+    one edit that shows them (``edits.hunk``) with the model's confidence in it, the window
+    they are in, the updated window the model wrote, and what writing it took."""
 
     edits: list[edits.LineEdit]
+    hunk: edits.LineEdit | None
+    confidence: float
     window: prompt.Window
     updated: str
     prompt_tokens: int
@@ -38,7 +42,8 @@ class NextEdit:
 
 
 class WindowEnd:
-    """Where an updated window ends in the model's text (a ``stops.Checker``)."""
+    """Where an updated window ends in the model's text (a ``stops.Checker``): the text is the
+    header's line break (``HEAD``), then the window."""
 
     def __init__(self, window: str, separator: str) -> None:
         lines = window.splitlines()
@@ -47,7 +52,12 @@ class WindowEnd:
         self.separator = separator
 
     def cut(self, completion: str, final: bool = False) -> int | None:
-        text = completion
+        if completion.startswith(HEAD):
+            at = self._cut(completion[len(HEAD) :])
+            return None if at is None else at + len(HEAD)
+        return self._cut(completion)
+
+    def _cut(self, text: str) -> int | None:
         ends = [at for at in (text.find(self.separator), _fence(text)) if at >= 0]
         at = min(ends, default=len(text))
         head = text[:at]
@@ -89,7 +99,8 @@ def suggest(
     against)."""
     built = prompt.build(path, text, cursor_line, history, related)
     ids = prompt.prompt_ids(tokenizer, separator, built.segments)
-    window_ids = tokenizer(built.window.text, split_special_tokens=True)["input_ids"]
+    # the window as the model's output begins: the header's line break, then the window
+    window_ids = tokenizer(HEAD + built.window.text, split_special_tokens=True)["input_ids"]
     rule = TextStopRule(tokenizer, WindowEnd(built.window.text, separator))
     params = GenerationParams(
         max_tokens=len(window_ids) + EXTRA_TOKENS,
@@ -97,14 +108,22 @@ def suggest(
         speculate=speculate,
         use_draft=False,
         rewrite_of=tuple(window_ids),
+        keep_probabilities=True,
     )
     generation = generator.generate(ids, params, stop, rule)
     tokens = generation.run()
     stopped = generation.stats.stop_reason == "stop_rule"
-    updated = rule.finish(tokens, stopped)
+    written = rule.finish(tokens, stopped)
+    head = len(HEAD) if written.startswith(HEAD) else 0
     last = history.edits[-1] if history.edits else None
-    found = edits.filtered(built.window.text, _ending_like(updated, built.window.text), last)
-    return NextEdit(found, built.window, updated, len(ids), generation.stats, tokens)
+    updated = edits.completed(built.window.text, _ending_like(written[head:], built.window.text))
+    found = edits.filtered(built.window.text, updated, last)
+    hunk = edits.hunk(built.window.text, found)
+    sure = 0.0
+    if hunk is not None:
+        spans = [(a - head, b - head) for a, b in edits.token_spans(tokenizer.decode, tokens)]
+        sure = min(edits.confidence(updated, e, spans, generation.stats.chosen_p) for e in found)
+    return NextEdit(found, hunk, sure, built.window, updated, len(ids), generation.stats, tokens)
 
 
 def _ending_like(updated: str, window: str) -> str:

@@ -5,6 +5,11 @@ window around a position; ``textDocument/didShowInlineEdit`` says one was shown.
 A request becomes a job on the engine worker like a completion (``places.NextEditAsk``: the
 document's text, line and edit history as they are now; ``nextedit/suggest.py`` runs it). An
 answer for a document that moved on meanwhile is dropped, as completions' are.
+
+An answer holds one edit (Copilot's clients read an answer's edits as alternatives and show the
+first), shown only where the model is sure enough of it for the user's ``nextEditEagerness``.
+It is a suggestion like a completion, with its id in its ``command``, so the verdicts reach the
+stats (``stats/verdicts.py``): the edit's new text between the lines around it.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from ..nextedit.edits import LineEdit
+from ..nextedit.edits import EAGERNESS, LineEdit
 from ..nextedit.prompt import Window
 from ..settings import completion_options
+from ..stats.verdicts import Suggestion
 from .documents import Document
 from .jobs import completes_in, place_at, run_job
 from .places import Job, NextEditAsk
@@ -47,16 +53,54 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history))
     job = Job.at(place, next_edit=ask)
     await run_job(ls, job)
-    if job.found is None or job.stale():
+    found = job.found
+    if found is None or found.hunk is None or job.stale():
         return {"edits": []}
+    if found.confidence < EAGERNESS[state.settings.next_edit_eagerness]:
+        log.debug("session %s: a next edit held back (confidence %.2f)", state.id, found.confidence)
+        return {"edits": []}
+    edit = _wire(doc, found.window, found.hunk, encoding)
+    state.ledger.offered(_suggestion(doc, found.window, found.hunk, job.id))
     document = {"uri": uri, "version": version if version is not None else doc.version}
-    window = job.found.window
-    return {"edits": [_wire(doc, window, edit, document, encoding) for edit in job.found.edits]}
+    edit["textDocument"] = document
+    edit["command"] = {
+        "title": "codespec: accepted",
+        "command": "codespec.didAccept",
+        "arguments": [job.id],
+    }
+    return {"edits": [edit]}
 
 
 def did_show_inline_edit(ls: CodespecServer, params: Any) -> None:
-    """A client showed an edit (its acceptance does not reach the stats yet)."""
-    log.debug("session %s: a next edit was shown", ls.session.id)
+    """A client showed an edit: ``{item: {command: {arguments: [id]}}}`` as Copilot's clients
+    send it (anything else is ignored, as a verdict for an unknown id is)."""
+    try:
+        suggestion_id = params["item"]["command"]["arguments"][0]
+    except (KeyError, TypeError, IndexError):
+        log.debug("session %s: didShowInlineEdit without an edit's id", ls.session.id)
+        return
+    ls.session.ledger.shown(suggestion_id)
+
+
+def _suggestion(doc: Document, window: Window, hunk: LineEdit, suggestion_id: str) -> Suggestion:
+    """The edit as a suggestion the ledger can judge: its new text where its old lines are
+    now, the window's lines around it the text that must stay for it to be the same place."""
+    starts = doc.line_starts()
+
+    def at(line: int) -> int:
+        return starts[line] if line < len(starts) else len(doc.text)
+
+    window_start, begin = at(window.first), at(window.first + hunk.first)
+    end, window_end = at(window.first + hunk.end), at(window.end)
+    return Suggestion(
+        suggestion_id,
+        doc.uri,
+        head=doc.text[window_start:begin],
+        tail=doc.text[end:window_end],
+        text=hunk.new,
+        head_start=window_start,
+        tail_after=len(doc.text) - window_end,
+    )
 
 
 def _request(params: Any) -> tuple[str, int | None, types.Position]:
@@ -72,7 +116,7 @@ def _request(params: Any) -> tuple[str, int | None, types.Position]:
     return uri, version, position
 
 
-def _wire(doc: Document, window: Window, edit: LineEdit, document: dict, encoding: str) -> dict:
+def _wire(doc: Document, window: Window, edit: LineEdit, encoding: str) -> dict:
     """One edit as the protocol has it: whole lines of the document and their new text."""
     starts = doc.line_starts()
 
@@ -83,7 +127,6 @@ def _wire(doc: Document, window: Window, edit: LineEdit, document: dict, encodin
     end = doc.position_at(at(window.first + edit.end), encoding)
     return {
         "text": edit.new,
-        "textDocument": document,
         "range": {
             "start": {"line": begin.line, "character": begin.character},
             "end": {"line": end.line, "character": end.character},

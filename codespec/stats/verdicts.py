@@ -84,6 +84,15 @@ class Ledger:
         if not self.client_reports_shown:
             self._show(suggestion)
 
+    def shown(self, suggestion_id: object) -> None:
+        """A client showed one suggestion (a next edit's ``didShowInlineEdit``): unlike
+        ``codespec.didShow`` it says nothing of what the client reports of the others."""
+        suggestion = self.open.get(suggestion_id) if isinstance(suggestion_id, str) else None
+        if suggestion is None:
+            log.debug("a shown event for an unknown or expired suggestion: ignored")
+            return
+        self._show(suggestion)
+
     def known(self, suggestion_id: str) -> bool:
         return suggestion_id in self.open
 

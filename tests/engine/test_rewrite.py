@@ -64,3 +64,28 @@ def test_a_rewrite_is_the_targets_own_tokens_in_far_fewer_passes():
     # every pass keeps its proposal's copied tokens and adds a bonus token of its own
     assert stats.accepted[REWRITE] == 48 - 1 - stats.target_passes
     assert stats.proposed[REWRITE] > stats.accepted[REWRITE]  # (the edits were proposed too)
+
+
+def test_the_probabilities_kept_are_those_of_each_emitted_token_in_its_own_row():
+    """Asked for, each emitted token comes with the target's probability of it in the row that
+    chose it: the same list whether the tokens came one a pass or many (a row read off by one
+    would give the wrong token's probability)."""
+    from fake_backend import logits_after
+
+    from codespec.engine.verify import logits_to_probs
+
+    prompt = [3, 7]
+    truth = greedy(prompt, 40)
+    source = list(truth)
+    source[12] = 0
+    e = engine()
+    plain_tokens, plain = run(e, prompt, max_tokens=40, keep_probabilities=True)
+    tokens, spec = run(e, prompt, max_tokens=40, rewrite_of=tuple(source), keep_probabilities=True)
+    assert plain_tokens == tokens == truth and spec.target_passes < plain.target_passes
+    naive = [
+        float(logits_to_probs(logits_after(prompt + truth[:i]), 1.0)[token])
+        for i, token in enumerate(truth)
+    ]
+    assert plain.chosen_p[:40] == spec.chosen_p[:40]
+    assert all(abs(a - b) < 1e-6 for a, b in zip(spec.chosen_p, naive, strict=False))
+    assert len(spec.chosen_p) >= 40 and not run(e, prompt, max_tokens=8)[1].chosen_p

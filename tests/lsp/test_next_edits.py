@@ -39,19 +39,85 @@ def ask(client, msg_id, uri=URI, line=1, character=4, version=2) -> dict:
     return client.reply_to(msg_id)
 
 
-def test_a_next_edit_request_is_answered_with_edits_in_the_document(daemon):
-    client = folder_session(SOCKET, [], {})
+def next_edit_counts(client) -> tuple[int, int, int]:
+    """(shown, accepted, rejected) of the daemon's next edits so far."""
+    client.send(
+        {"jsonrpc": "2.0", "id": "st", "method": "codespec/stats", "params": {"by": "kind"}}
+    )
+    result = client.reply_to("st")["result"]
+    groups = {g["key"]: g for g in result["groups"]}
+    group = groups.get("next-edit/invoked", {})
+    return group.get("shown", 0), group.get("accepted", 0), group.get("rejected", 0)
+
+
+def asked_edit(client) -> dict:
+    """The one edit a fresh session's request is answered with (eagerness high: the random
+    model's noise is shown whatever its probabilities)."""
     client.send(did_open(URI, SOURCE))
     client.send(change(2, 1, 4, "sub"))  # an edit for the history
     client.sock.settimeout(120)
-    reply = ask(client, "nes")
-    edits = reply["result"]["edits"]
+    edits = ask(client, "nes")["result"]["edits"]
+    assert len(edits) == 1, edits  # (an answer's edits are alternatives: codespec sends one)
+    return edits[0]
+
+
+def test_a_next_edit_is_one_edit_of_whole_lines_whose_accept_reaches_the_stats(daemon):
+    client = folder_session(SOCKET, [], {"nextEditEagerness": "high"})
+    before = next_edit_counts(client)
+    edit = asked_edit(client)
     lines = (SOURCE[:21] + "sub" + SOURCE[21:]).splitlines()
-    for edit in edits:  # (whatever the random model wrote: well-formed, inside the window)
-        assert isinstance(edit["text"], str)
-        assert edit["textDocument"] == {"uri": URI, "version": 2}
-        start, end = edit["range"]["start"], edit["range"]["end"]
-        assert start["character"] == 0 and 0 <= start["line"] <= end["line"] <= len(lines)
+    assert isinstance(edit["text"], str) and edit["textDocument"] == {"uri": URI, "version": 2}
+    start, end = edit["range"]["start"], edit["range"]["end"]
+    assert start["character"] == 0 and 0 <= start["line"] <= end["line"] <= len(lines)
+    command = edit["command"]
+    assert command["command"] == "codespec.didAccept" and len(command["arguments"]) == 1
+    shown = {"item": {"command": command}}
+    client.send({"jsonrpc": "2.0", "method": "textDocument/didShowInlineEdit", "params": shown})
+    # the user takes it: the client applies the edit (its command comes after; the verdict
+    # from the document is already there, and an explicit one for it changes nothing)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": URI, "version": 3},
+                "contentChanges": [{"range": edit["range"], "text": edit["text"]}],
+            },
+        }
+    )
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "cmd",
+            "method": "workspace/executeCommand",
+            "params": {"command": command["command"], "arguments": command["arguments"]},
+        }
+    )
+    assert client.reply_to("cmd")["result"] is None
+    shown_n, accepted, rejected = next_edit_counts(client)
+    assert (shown_n, accepted, rejected) == (before[0] + 1, before[1] + 1, before[2])
+
+
+def test_a_dismissed_next_edit_counts_as_rejected(daemon):
+    client = folder_session(SOCKET, [], {"nextEditEagerness": "high"})
+    before = next_edit_counts(client)
+    edit = asked_edit(client)
+    dismiss = {"command": "codespec.didDismiss", "arguments": edit["command"]["arguments"]}
+    command = {"jsonrpc": "2.0", "id": "d", "method": "workspace/executeCommand"}
+    client.send({**command, "params": dismiss})
+    assert client.reply_to("d")["result"] is None
+    shown, accepted, rejected = next_edit_counts(client)
+    assert (shown, accepted, rejected) == (before[0] + 1, before[1], before[2] + 1)
+
+
+def test_an_edit_the_model_is_not_sure_of_is_held_back(daemon):
+    """The random model's noise has low probabilities: at the default eagerness it is not
+    shown (at ``high`` the same request draws an edit, above)."""
+    client = folder_session(SOCKET, [], {})
+    client.send(did_open(URI, SOURCE))
+    client.send(change(2, 1, 4, "sub"))
+    client.sock.settimeout(120)
+    assert ask(client, "nes")["result"] == {"edits": []}
     client.send({"jsonrpc": "2.0", "method": "textDocument/didShowInlineEdit", "params": {}})
     document = {"jsonrpc": "2.0", "id": "doc", "method": "codespec/document"}
     client.send({**document, "params": {"uri": URI}})

@@ -27,6 +27,7 @@ export const SERVER_SETTINGS = [
   "workspaceContext",
   "remoteWorkspaceContext",
   "nextEditSuggestions",
+  "nextEditEagerness",
 ] as const;
 
 /** The server's settings out of the `codespec.*` configuration (`get` reads one key). */
