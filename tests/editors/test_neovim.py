@@ -57,7 +57,10 @@ class Editor:
         if before:
             self.nvim.command(before)
         cmd_lua = "nil" if cmd is None else "{" + ",".join(lua_string(c) for c in cmd) + "}"
-        settings = ",".join(f"{k}={str(v).lower()}" for k, v in settings.items())
+        settings = ",".join(
+            f"{k}={lua_string(v) if isinstance(v, str) else str(v).lower()}"
+            for k, v in settings.items()
+        )
         self.nvim.exec_lua(
             f"require('codespec').setup({{cmd={cmd_lua}, debounce_ms=60, settings={{{settings}}}"
             + (f", {options}" if options else "")
@@ -186,6 +189,92 @@ def test_ghost_text_accept_word_dismiss_and_type_over(version, server, tmp_path)
         python = next(g for g in stats["groups"] if g["key"] == "python")
         assert python["accepted"] >= 1 and python["partial"] + python["accepted"] >= 2
         assert python["rejected"] >= 1 and python["shown"] >= 4
+    finally:
+        editor.close()
+
+
+CART = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n"
+CART += "    return count\n" + "".join(f"\n\ndef helper_{i}():\n    return {i}\n" for i in range(8))
+
+
+def wait_next_edit(editor: Editor, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        edit = editor.lua("return require('codespec').next_edit()")
+        if edit:
+            return edit
+        time.sleep(0.1)
+    raise AssertionError(f"no next edit within {timeout} s")
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
+def test_a_next_edit_is_shown_where_it_is_jumped_to_applied_or_dismissed(version, server, tmp_path):
+    """An edit in Normal mode (a rename at its first assignment), a pause: the next edit is
+    drawn where it is (its old lines highlighted, its new ones as virtual lines); Esc dismisses
+    it; asked again, Tab jumps to it from elsewhere, Tab again applies it; both verdicts reach
+    the stats. (The tiny random model's edits are noise, drawn
+    whatever their probabilities at eagerness ``high``: these pin the plugin, not the model.)"""
+    cmd, socket_path = server
+    source = tmp_path / "cart.py"
+    source.write_text(CART, encoding="utf-8")
+    settings = {**SETTINGS, "nextEditEagerness": "high"}
+    options = "next_edits={delay_ms=100}"
+    editor = Editor(neovim(version), tmp_path, cmd, settings=settings, options=options)
+    try:
+        editor.nvim.command(f"edit {source}")
+        deadline = time.monotonic() + 90  # (the relay starts the daemon: its model loads)
+        while editor.lua("return require('codespec.status').state.status") != "ready":
+            assert time.monotonic() < deadline, "the server did not get ready"
+            time.sleep(0.1)
+        editor.nvim.input("2Gw")  # on ``count``
+        time.sleep(0.2)
+        editor.type("ciwsubtotal")
+        editor.nvim.input("<Esc>")
+        edit = wait_next_edit(editor)
+        marks = editor.lua(
+            "local ns = require('codespec.nextedit').ns;"
+            "return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })"
+        )
+        drawn = [line[0][0] for mark in marks for line in (mark[3].get("virt_lines") or [])]
+        deleted = [mark for mark in marks if mark[3].get("hl_group") == "DiffDelete"]
+        assert marks and (drawn or deleted), marks
+        new_lines = edit["text"].split("\n")[:-1] if edit["text"] else []
+        assert all(line in new_lines for line in drawn), (drawn, new_lines)
+
+        def next_edit_group() -> dict:
+            stats = daemon_stats(socket_path, {"by": "kind"})
+            return next((g for g in stats["groups"] if g["key"] == "next-edit/invoked"), {})
+
+        def eventually(predicate, what: str) -> None:
+            deadline = time.monotonic() + 10
+            while not predicate():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.2)
+
+        # Esc dismisses it; a character typed and deleted again asks anew (for the same text: a
+        # random model's near-ties may still make it another edit)
+        editor.nvim.input("<Esc>")
+        time.sleep(0.3)
+        assert editor.lua("return require('codespec').next_edit()") is None
+        eventually(lambda: next_edit_group().get("rejected", 0) >= 1, "the dismissal")
+        editor.type("Ax")
+        editor.nvim.input("<BS><Esc>")
+        edit = wait_next_edit(editor)
+        new_lines = edit["text"].split("\n")[:-1] if edit["text"] else []
+        # from the last line (outside the window), Tab jumps to the edit, then applies it
+        editor.nvim.input("G")
+        time.sleep(0.2)
+        editor.nvim.input("<Tab>")
+        time.sleep(0.3)
+        assert editor.nvim.current.window.cursor[0] == edit["first"] + 1
+        assert editor.lua("return require('codespec').next_edit()") is not None
+        before = editor.nvim.current.buffer[:]
+        editor.nvim.input("<Tab>")
+        time.sleep(0.5)
+        after = editor.nvim.current.buffer[:]
+        assert after == before[: edit["first"]] + new_lines + before[edit["last"] :]
+        eventually(lambda: next_edit_group().get("accepted", 0) >= 1, "the accept")
+        assert next_edit_group()["shown"] >= 2
     finally:
         editor.close()
 

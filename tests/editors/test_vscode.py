@@ -442,6 +442,97 @@ def test_ghost_text_accept_word_dismiss_status_and_verdicts(
         wait_for(lambda: "codespec: disabled" in bench.status(), 10, "the status to say disabled")
 
 
+CART = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n"
+CART += "    return count\n" + "".join(f"\n\ndef helper_{i}():\n    return {i}\n" for i in range(8))
+# the text decorations draw after the editor's lines (VS Code draws it as CSS ::after content)
+AFTER_TEXTS = """() => [...document.querySelectorAll('.monaco-editor .view-lines span')]
+    .map((e) => getComputedStyle(e, '::after').content)
+    .filter((c) => c && c !== 'none' && c !== 'normal').join('\\n')"""
+SHOWN = re.compile(r"next edit shown (\d+)-(\d+) (\".*\")$", re.MULTILINE)
+
+
+def without_ghost_text(bench: Workbench, quiet_s: float = 1.5) -> None:
+    """Dismiss ghost text (Escape) whenever some shows, until none has for ``quiet_s`` (VS Code
+    may ask again after a dismissal; the random model always has ghost text)."""
+    quiet_since = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not bench.no_ghost():
+            bench.page.keyboard.press("Escape")
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > quiet_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError("ghost text kept coming back")
+
+
+def test_a_next_edit_is_drawn_jumped_to_applied_and_dismissed(
+    vsix, tiny_settings, daemon_socket, tmp_path
+):
+    """A rename at its first assignment, a pause: the next edit is drawn with decorations where
+    it is (its new lines after the old ones); Escape dismisses it; asked again, Tab jumps to it
+    from the file's end, Tab again applies it; both verdicts reach the stats.
+    (The tiny random model's edits are noise, drawn at eagerness ``high``: this pins the
+    extension, not the model.)"""
+    settings = {**tiny_settings, "nextEditEagerness": "high"}
+    with vscode(vsix, tmp_path, settings, {"cart.py": CART}) as (server, bench):
+        source = server.folder / "cart.py"
+        bench.open("cart.py")
+        wait_for(lambda: "codespec: ready" in bench.status(), 90, "ready")
+        bench.press("Control+Home")
+        bench.page.keyboard.press("ArrowDown")
+        bench.page.keyboard.press("Home")  # (on ``count``: the first non-blank character)
+        bench.page.keyboard.press("Control+Shift+ArrowRight")
+        bench.type("subtotal")
+        without_ghost_text(bench)  # (next edits come once it is gone)
+
+        def shown(after: int = 0):
+            log = server.debug_log.read_text() if server.debug_log.exists() else ""
+            found = list(SHOWN.finditer(log[after:]))
+            return found[-1] if found else None
+
+        match = wait_for(shown, 120, "a next edit drawn")
+        first, end, text = int(match[1]), int(match[2]), json.loads(match[3])
+        new_lines = text.split("\n")[:-1] if text else []
+        # (what the decorations draw after lines, once the editor has drawn them)
+        drawn = wait_for(lambda: bench.page.evaluate(AFTER_TEXTS), 10, "the decorations")
+        visible = [line for line in new_lines if line.strip()][:1]
+        assert "⇢" in drawn and all(line.strip()[:8] in drawn for line in visible), (visible, drawn)
+
+        def next_edit_group() -> dict:
+            stats = daemon_stats(daemon_socket, {"by": "kind"})
+            return next((g for g in stats["groups"] if g["key"] == "next-edit/invoked"), {})
+
+        # Escape dismisses it; a character typed and deleted again asks anew (for the same text:
+        # a random model's near-ties may still make it another edit)
+        bench.page.keyboard.press("Escape")
+        wait_for(lambda: next_edit_group().get("rejected", 0) >= 1, 10, "the dismissal")
+        log_at = len(server.debug_log.read_text())
+        bench.page.keyboard.press("End")
+        bench.type("x")
+        bench.page.keyboard.press("Backspace")
+        without_ghost_text(bench)
+        match = wait_for(lambda: shown(log_at), 120, "the next edit drawn again")
+        first, end, text = int(match[1]), int(match[2]), json.loads(match[3])
+        new_lines = text.split("\n")[:-1] if text else []
+        # from the file's end, Tab jumps to it, then applies it; the accept reaches the stats
+        bench.press("Control+End")
+        log_at = len(server.debug_log.read_text())
+        bench.page.keyboard.press("Tab")
+        wait_for(lambda: "next edit: jumped" in server.debug_log.read_text()[log_at:], 10, "jump")
+        before = source.read_text(encoding="utf-8")  # (not saved yet: the rename is not in it)
+        bench.page.keyboard.press("Tab")
+        wait_for(lambda: "next edit applied" in server.debug_log.read_text()[log_at:], 10, "apply")
+        bench.save()
+        lines = before.replace("    count = 0", "    subtotal = 0", 1).split("\n")
+        assert source.read_text(encoding="utf-8") == "\n".join(
+            lines[:first] + new_lines + lines[end:]
+        )
+        wait_for(lambda: next_edit_group().get("accepted", 0) >= 1, 10, "the accept in the stats")
+
+
 def test_the_extension_unit_tests():
     """The pure helpers (tsc strict, then node --test): settings keys, words, lines, lookup."""
     require_tools()

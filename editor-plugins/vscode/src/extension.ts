@@ -19,6 +19,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { GhostText } from "./inline";
+import { NextEdits } from "./nextedit";
 import { findServer, modelDescription, type ModelRow, serverSettings, userBinFolders } from "./pure";
 
 type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error" | "remote unreachable";
@@ -474,7 +475,21 @@ let codespec: Codespec | undefined;
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const cs = (codespec = new Codespec());
   let restTimer: NodeJS.Timeout | undefined;
+  const nextEdits = new NextEdits(
+    () => cs.running(),
+    (document) =>
+      SCHEMES.includes(document.uri.scheme) &&
+      cs.enabledFor(document.languageId) &&
+      config().get<boolean>("nextEditSuggestions", true),
+    () => cs.ghost.shownNow(),
+    (message) => cs.debug(message),
+    context.extensionUri,
+  );
   context.subscriptions.push(
+    nextEdits,
+    vscode.commands.registerCommand("codespec.nextEditAccept", () => nextEdits.accept()),
+    vscode.commands.registerCommand("codespec.nextEditDismiss", () => nextEdits.dismiss()),
+    vscode.workspace.onDidChangeTextDocument((event) => nextEdits.onChange(event)),
     cs.bar,
     cs.output,
     vscode.languages.registerInlineCompletionItemProvider({ pattern: "**" }, cs.ghost),

@@ -378,6 +378,11 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     }
   }
 
+  /** Whether a suggestion of ours is on screen at the cursor (as the context key says). */
+  shownNow(): boolean {
+    return this.contextShown;
+  }
+
   /** Keep the `codespec.suggestionShown` context key (our keys' `when`) true only while a
    * suggestion of ours, or text streamed for one, fits at the cursor. */
   async updateContext(): Promise<void> {

@@ -151,3 +151,50 @@ export function modelDescription(row: ModelRow): string {
   }
   return parts.join(" · ");
 }
+
+/** A run of lines an edit changes: old lines `[oldStart, oldStart + oldCount)` of the edit's
+ * range become `lines` (new lines; none: deleted; `oldCount` 0: added before `oldStart`). */
+export interface ChangedRun {
+  oldStart: number;
+  oldCount: number;
+  lines: string[];
+}
+
+/** Where `newLines` differ from `oldLines` (a longest common subsequence of whole lines), as
+ * runs: what a next edit draws, so that the unchanged lines between its changes stay plain. */
+export function changedRuns(oldLines: string[], newLines: string[]): ChangedRun[] {
+  const n = oldLines.length;
+  const m = newLines.length;
+  // common[i][j]: the longest common subsequence of oldLines[i:] and newLines[j:]
+  const common: number[][] = Array.from({ length: n + 1 }, () => new Array<number>(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      common[i][j] =
+        oldLines[i] === newLines[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const runs: ChangedRun[] = [];
+  let run: ChangedRun | undefined;
+  let i = 0;
+  let j = 0;
+  const open = () => (run ??= { oldStart: i, oldCount: 0, lines: [] });
+  while (i < n || j < m) {
+    if (i < n && j < m && oldLines[i] === newLines[j]) {
+      if (run) {
+        runs.push(run);
+        run = undefined;
+      }
+      i++;
+      j++;
+    } else if (j < m && (i >= n || common[i][j + 1] >= common[i + 1][j])) {
+      open().lines.push(newLines[j++]);
+    } else {
+      open().oldCount++;
+      i++;
+    }
+  }
+  if (run) {
+    runs.push(run);
+  }
+  return runs;
+}

@@ -19,6 +19,9 @@ M.defaults = {
     dismiss = "<C-]>",
     trigger = "<M-\\>",
   },
+  -- next edits (Normal mode): asked once an edit settles and the cursor rests ``delay_ms``;
+  -- ``accept`` jumps to the edit shown, then applies it; ``dismiss`` drops it
+  next_edits = { enabled = true, delay_ms = 500, accept = "<Tab>", dismiss = "<Esc>" },
   settings = {}, -- passed as initializationOptions (keys of lsp/settings.schema.json)
 }
 

@@ -8,17 +8,21 @@
 -- accepted before the reply. While a completion menu is open, its keys stay its own and the
 -- ghost text hides until it closes (`hide_during_completion`). What you did with a suggestion
 -- is reported with the commands in lsp/PROTOCOL.md ("Verdicts"). Where the cursor rests is sent
--- as `codespec/cursor`, so the daemon can warm the prompt there.
+-- as `codespec/cursor`, so the daemon can warm the prompt there. Once an edit settles in Normal
+-- mode, the next edit it calls for is asked and shown where it is (`nextedit`): Tab jumps to it
+-- and applies it, Esc dismisses it.
 --
 -- The rooms (as copilot.lua splits its plugin): `config` (options), `client` (the LSP client),
 -- `suggestion` (asking, drawing through `ghost`, accepting), `menu` (completion menus),
--- `status` (status line, stats); this file wires them to Neovim's events, keys and commands.
+-- `nextedit` (next edits), `status` (status line, stats); this file wires them to Neovim's
+-- events, keys and commands.
 -- Works on Neovim 0.7.2 (Debian 12) and newer: APIs that differ are wrapped in `compat`.
 
 local client = require("codespec.client")
 local config = require("codespec.config")
 local ghost = require("codespec.ghost")
 local menu = require("codespec.menu")
+local nextedit = require("codespec.nextedit")
 local status = require("codespec.status")
 local suggestion = require("codespec.suggestion")
 
@@ -29,6 +33,7 @@ M.request = suggestion.request
 M.accept = suggestion.accept
 M.dismiss = suggestion.dismiss
 M.visible = suggestion.visible
+M.next_edit = nextedit.current
 M.status_text = status.text
 M.stats = status.stats
 
@@ -73,6 +78,7 @@ local events = {
   end,
   exit = function(code)
     suggestion.reset()
+    nextedit.clear()
     vim.schedule(function()
       status.set("error", "server exited (" .. tostring(code) .. ")")
     end)
@@ -111,27 +117,30 @@ end
 
 -- -- setup -------------------------------------------------------------------------------------
 
---- What ``lhs`` did before codespec mapped it: that mapping kept under a <Plug> name (fed
---- with remapping), else the key itself.
-local function previous(lhs)
-  local old = vim.fn.maparg(lhs, "i", false, true)
+--- What ``lhs`` did in ``mode`` before codespec mapped it: that mapping kept under a <Plug>
+--- name (fed with remapping), else the key itself.
+local function previous(lhs, mode)
+  local old = vim.fn.maparg(lhs, mode, false, true)
   if type(old) ~= "table" or vim.tbl_isempty(old) or old.desc == "codespec" then
     return lhs, "n"
   end
-  local plug = "<Plug>(codespec-before-" .. lhs:gsub("[<>]", "") .. ")"
+  local plug = "<Plug>(codespec-before-" .. mode .. "-" .. lhs:gsub("[<>]", "") .. ")"
   local rhs = old.callback or old.rhs
-  vim.keymap.set("i", plug, rhs, { expr = old.expr == 1, remap = old.noremap ~= 1, silent = old.silent == 1 })
+  vim.keymap.set(mode, plug, rhs, { expr = old.expr == 1, remap = old.noremap ~= 1, silent = old.silent == 1 })
   return plug, "m"
 end
 
-local function map(lhs, fn)
+--- Map ``lhs`` in ``mode`` (Insert unless given) to ``fn``; where ``fn`` returns false the key
+--- does what it did before.
+local function map(lhs, fn, mode)
+  mode = mode or "i"
   if not lhs or lhs == "" then
     return
   end
-  local fallback, mode = previous(lhs)
-  vim.keymap.set("i", lhs, function()
+  local fallback, feed_mode = previous(lhs, mode)
+  vim.keymap.set(mode, lhs, function()
     if not fn() then
-      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback, true, false, true), mode, false)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(fallback, true, false, true), feed_mode, false)
     end
   end, { silent = true, desc = "codespec" })
 end
@@ -148,6 +157,19 @@ local function autocommands()
   end)
   on("TextChangedI", suggestion.on_text_changed)
   on({ "InsertLeave", "BufLeave" }, suggestion.abandon)
+  -- next edits: asked once an edit settles in Normal mode, over as soon as typing starts
+  local tick_at_insert = nil
+  on("InsertEnter", function(args)
+    tick_at_insert = vim.b[args.buf].changedtick
+    nextedit.on_typing()
+  end)
+  on("InsertLeave", function(args)
+    if tick_at_insert ~= vim.b[args.buf].changedtick then
+      nextedit.on_edit()
+    end
+  end)
+  on("TextChanged", nextedit.on_edit) -- (a change made in Normal mode)
+  on("BufLeave", nextedit.on_typing)
   on("TextChangedP", suggestion.on_text_changed) -- (the menu changed the text)
   on("CursorMovedI", suggestion.on_cursor_moved)
   menu.watch(group, suggestion.on_menu)
@@ -174,6 +196,9 @@ local function keymaps()
     suggestion.request(true)
     return true
   end)
+  local next_edits = config.options.next_edits
+  map(next_edits.accept, nextedit.accept, "n")
+  map(next_edits.dismiss, nextedit.dismiss, "n")
 end
 
 local function commands()

@@ -8,6 +8,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import {
   SERVER_SETTINGS,
+  changedRuns,
   codePoints,
   findServer,
   modelDescription,
@@ -96,4 +97,18 @@ test("the model picker describes each model codespec/models lists", () => {
     "ollama · 7.6B · Q4_K_M · fill-in-the-middle · draft qwen2.5-coder-0.5b",
   );
   assert.equal(modelDescription({ name: "/m/x.gguf", store: "path", fim: false }), "path · prefix only");
+});
+
+test("a next edit's changed runs leave the lines between its changes alone", () => {
+  const old = ["a = 1", "k = 0", "b = a", "c = 2"];
+  assert.deepEqual(changedRuns(old, ["a_v = 1", "k = 0", "b = a_v", "c = 2"]), [
+    { oldStart: 0, oldCount: 1, lines: ["a_v = 1"] },
+    { oldStart: 2, oldCount: 1, lines: ["b = a_v"] },
+  ]);
+  assert.deepEqual(changedRuns(old, ["a = 1", "b = a", "c = 2"]), [{ oldStart: 1, oldCount: 1, lines: [] }]);
+  assert.deepEqual(changedRuns(old, ["a = 1", "k = 0", "new", "b = a", "c = 2"]), [
+    { oldStart: 2, oldCount: 0, lines: ["new"] },
+  ]);
+  assert.deepEqual(changedRuns([], ["x"]), [{ oldStart: 0, oldCount: 0, lines: ["x"] }]);
+  assert.deepEqual(changedRuns(old, old), []);
 });
