@@ -308,6 +308,7 @@ def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
     in far fewer passes with the current window as the draft, and nothing past the window."""
     pytest.importorskip("llama_cpp")
     from codespec.nextedit.history import EditHistory
+    from codespec.nextedit.edits import EAGERNESS
     from codespec.nextedit.suggest import EXTRA_LINES, suggest
     from codespec.runtime import load_pair
 
@@ -327,3 +328,6 @@ def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
     assert fast.stats.target_passes * 2 < plain.stats.target_passes, fast.stats.pass_log
     assert "<|file_sep|>" not in fast.updated
     assert len(fast.updated.splitlines()) <= len(text.splitlines()) + EXTRA_LINES
+    # the embedded model follows this rename, and is sure of it (it would be shown at ``low``)
+    assert fast.hunk is not None and "count" not in fast.hunk.new, fast.updated
+    assert fast.hunk.new.count("subtotal") >= 2 and fast.confidence >= EAGERNESS["low"]
