@@ -46,6 +46,9 @@ class LoadedPair:
     quantization: str = "off"  # what runs the linear layers, and why (see quant/kernels.py)
     backend: str = "torch"  # what runs the target: torch, ggml (llama.cpp's kernels), remote
     context_tokens: int = 32768  # the target's context: a prompt and its completion fit in it
+    # the model next edits run on, where the user has one of their own (``--next-edit-model``):
+    # a pair of its own, loaded beside this one; None: this pair's target writes them
+    next_edit: LoadedPair | None = None
 
     @property
     def model_label(self) -> str:

@@ -467,3 +467,67 @@ def test_an_editor_switches_the_daemon_to_another_model(tmp_path, tiny, tiny_man
         daemon.wait(timeout=30)
     text = log.read_text()
     assert "switching to" in text and text.count("model ready") == 2, text[-3000:]
+
+
+def test_next_edits_run_on_the_users_next_edit_model(tmp_path, tiny, tiny_manifest):
+    """``[next_edit] model`` in the settings file: the daemon loads that GGUF beside the pair
+    serving completions (here the tiny torch pair), says so, and next edits are written by it
+    (the tiny GGUF's random noise, shown at eagerness ``high``); a bad table or a model that is
+    not there is one line and exit 2."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "lsp"))
+    from helpers import wait_for_socket
+    from rpc import did_open, folder_session
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[next_edit]\nmodel = "{tiny}"\n')
+    socket_path, log = tmp_path / "d.sock", tmp_path / "daemon.log"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "codespec", "serve", "--socket", str(socket_path), "--no-status",
+         "--config", str(config), "--pair", str(tiny_manifest)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )  # fmt: skip
+    try:
+        wait_for_socket(socket_path)
+        client = folder_session(socket_path, [], {"nextEditEagerness": "high"})
+        uri = (tmp_path / "cart.py").as_uri()
+        client.send(did_open(uri, "def total(items):\n    count = 0\n    return count\n"))
+        at = {"line": 1, "character": 4}
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didChange",
+                "params": {
+                    "textDocument": {"uri": uri, "version": 2},
+                    "contentChanges": [{"range": {"start": at, "end": at}, "text": "sub"}],
+                },
+            }
+        )
+        client.sock.settimeout(120)
+        params = {"textDocument": {"uri": uri, "version": 2}, "position": at}
+        client.send({"jsonrpc": "2.0", "id": 1, "method": "textDocument/copilotInlineEdit",
+                     "params": params})  # fmt: skip
+        edits = client.reply_to(1)["result"]["edits"]
+        client.send({"jsonrpc": "2.0", "id": 2, "method": "codespec/stats", "params": {}})
+        daemon_figures = client.reply_to(2)["result"]["daemon"]
+        assert daemon_figures["next_edit_model"] == tiny.name
+        assert len(edits) == 1 and edits[0]["command"]["arguments"]
+        maps = Path(f"/proc/{daemon.pid}/maps").read_text()
+        assert "libllama" in maps  # (the torch pair serves completions; ggml the next edits)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    assert f"next edits run on {tiny.name}" in log.read_text()
+    bad = [
+        ("[next_edit]\nmodel = 3\n", "[next_edit] model"),
+        ('[next_edit]\nmodel = "/nonexistent/sweep.gguf"\n', "sweep.gguf"),
+    ]
+    for table, says in bad:
+        config.write_text(table)
+        result = subprocess.run(
+            [sys.executable, "-m", "codespec", "serve", "--socket", str(tmp_path / "e.sock"),
+             "--no-status", "--config", str(config), "--pair", str(tiny_manifest)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2 and says in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

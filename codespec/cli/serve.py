@@ -9,6 +9,22 @@ from pathlib import Path
 from .common import Subparsers, UsageError, add_model_options, model_choice, note, pair_of
 
 
+def next_edit_model_of(args: argparse.Namespace):
+    """``--next-edit-model``, else the settings file's ``[next_edit] model``: its pair (no draft:
+    a next edit's draft is the window itself), or None for the completion model."""
+    from ..models.user_models import manifest_for_model
+    from ..server.config import next_edit_table
+
+    config = Path(args.config) if args.config else None
+    try:
+        name = args.next_edit_model or next_edit_table(config)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if name is None:
+        return None
+    return manifest_for_model(name, model_choice(args).folders, use_draft=False)
+
+
 def add_parser(sub: Subparsers) -> None:
     s = sub.add_parser("serve", help="run the daemon in the foreground")
     s.add_argument("--socket", default=None, help="unix socket path (default: user runtime dir)")
@@ -61,6 +77,14 @@ def add_parser(sub: Subparsers) -> None:
         help="decode on this OpenAI-compatible server (repeat for failover; see docs/remote.md)",
     )
     s.add_argument("--engine-model", default=None, help="the server's model name")
+    s.add_argument(
+        "--next-edit-model",
+        default=None,
+        metavar="NAME|PATH",
+        help="a model of your own for next edits (a GGUF in Sweep's next-edit format, e.g. "
+        "sweep-next-edit-0.5B), run here beside the one serving completions (default: the "
+        "settings file's [next_edit] model, else the completion model itself)",
+    )
     s.add_argument(
         "--engine-token-file", default=None, metavar="FILE", help="API token (a 0600 file)"
     )
@@ -157,6 +181,18 @@ def run(args: argparse.Namespace) -> int:
                 backend=args.backend,
                 exact=args.exact,
             )
+
+    next_edit_model = next_edit_model_of(args)
+    if next_edit_model is not None:
+        load_completions = load
+
+        def load():
+            pair = load_completions()
+            pair.next_edit = load_pair(
+                next_edit_model, use_draft=False, draft_mode="off", progress=note, exact=args.exact
+            )
+            note(f"next edits run on {pair.next_edit.model_label}")
+            return pair
 
     daemon = Daemon(
         load,

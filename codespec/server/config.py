@@ -163,6 +163,19 @@ def model_table(path: Path | None = None) -> ModelChoice:
     return ModelChoice(name.strip() if name else None, tuple(folders))
 
 
+def next_edit_table(path: Path | None = None) -> str | None:
+    """``[next_edit] model`` from the settings file: the model next edits run on (a name or a
+    GGUF path), or None; a value of the wrong kind is a one-line ``ValueError``."""
+    path = path or config_path()
+    table = _readable(path).get("next_edit", {})
+    if not isinstance(table, dict) or set(table) - {"model"}:
+        raise ValueError(f"{path}: [next_edit] takes model only")
+    model = table.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ValueError(f"{path}: [next_edit] model must be a model name or path")
+    return model.strip() if model else None
+
+
 def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
     """Settings from the TOML file (the default one missing: defaults). Any file that cannot
     be read as TOML (a directory, not UTF-8, too large, bad syntax) gives one warning and the
@@ -179,6 +192,7 @@ def load_file(path: Path | None = None) -> tuple[Settings, list[str]]:
         return Settings(), [f"{path}: {exc}; using defaults"]
     if not isinstance(data.get("completion", data), dict):
         return Settings(), [f"{path}: [completion] must be a table; using defaults"]
-    table = data.get("completion", {k: v for k, v in data.items() if k not in ("engine", "model")})
+    others = ("engine", "model", "next_edit")  # (tables of their own, read elsewhere)
+    table = data.get("completion", {k: v for k, v in data.items() if k not in others})
     settings, problems = merge(Settings(), table)
     return settings, [f"{path}: {p}" for p in problems]

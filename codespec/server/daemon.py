@@ -121,7 +121,8 @@ class Daemon:
                 freeze_resident_objects()  # no full collection walks the model again
                 self.slot.pair = pair
                 if loop is not None:
-                    loop.call_soon_threadsafe(self.model_loaded, pair.model_label)
+                    next_edit = pair.next_edit.model_label if pair.next_edit else None
+                    loop.call_soon_threadsafe(self.model_loaded, pair.model_label, next_edit)
                 log.info(
                     "model ready in %.1f s on %s: %s",
                     pair.load_s,
@@ -162,9 +163,11 @@ class Daemon:
         the engine loads are sent there too)."""
         return self.remote
 
-    def model_loaded(self, label: str) -> None:
+    def model_loaded(self, label: str, next_edit_label: str | None = None) -> None:
         """Every session hears which model runs (``codespec/status``'s ``model``)."""
         self.engine_status["model"] = label
+        if next_edit_label is not None:  # (a next-edit model of the user's: lsp/PROTOCOL.md)
+            self.engine_status["next_edit_model"] = next_edit_label
         self.tell_status(self.engine_status["state"], self.engine_status["message"])
 
     def tell_status(self, state: str, message: str) -> None:

@@ -208,6 +208,8 @@ async def stats_reply(ls: CodespecServer, params: Any) -> dict:
     given = params if isinstance(params, dict) else {}
     since, language, by = given.get("since"), given.get("language"), given.get("by", "language")
     reply: dict = {"daemon": worker_stats(ls.worker)}
+    if "next_edit_model" in ls.engine_status:
+        reply["daemon"]["next_edit_model"] = ls.engine_status["next_edit_model"]
     store = ls.store
     if store is None:
         return {**reply, "store": None}

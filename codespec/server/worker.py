@@ -300,13 +300,15 @@ class Worker:
 
     @staticmethod
     def _next_edits(pair: LoadedPair, job: Job, ask: NextEditAsk) -> CompletionResult:
-        """A next-edit request (``nextedit/suggest.py``): its edits are kept on the job, the
-        updated window the model wrote is the result's text (an empty one: no suggestion)."""
-        separator = pair.manifest.tokens.file_sep
+        """A next-edit request (``nextedit/suggest.py``), on the user's next-edit model where
+        there is one: its edits are kept on the job, the updated window the model wrote is the
+        result's text (an empty one: no suggestion)."""
+        model = pair.next_edit or pair
+        separator = model.manifest.tokens.file_sep
         if not separator:  # a model without repository tokens: no prompt to write
             return CompletionResult("", Mode.NONE, None)
         job.found = found = suggest(
-            pair.engine, pair.tokenizer, separator, job.path or "file", ask.text, ask.line,
+            model.engine, model.tokenizer, separator, job.path or "file", ask.text, ask.line,
             ask.history, stop=job.signal,
         )  # fmt: skip
         text = found.updated if found.edits else ""
