@@ -40,6 +40,10 @@ class NextEdit:
     stats: GenerationStats
     tokens: list[int]  # what the model wrote
 
+    def shown(self, least_confidence: float) -> edits.LineEdit | None:
+        """The edit to show where the model must be this sure of it (None: no suggestion)."""
+        return self.hunk if self.confidence >= least_confidence else None
+
 
 class WindowEnd:
     """Where an updated window ends in the model's text (a ``stops.Checker``): the text is the

@@ -39,8 +39,9 @@ DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 
 
 async def inline_edit(ls: CodespecServer, params: Any) -> dict:
-    """``{textDocument: {uri, version}, position}`` -> ``{edits: [{text, textDocument, range}]}``
-    (no edits: nothing worth suggesting, next edits turned off, or the document moved on)."""
+    """``{textDocument: {uri, version}, position}`` -> ``{edits: [{text, textDocument, range,
+    command}]}``: one edit, or none (nothing worth suggesting or sure enough, next edits turned
+    off, or the document moved on)."""
     uri, version, position = _request(params)
     state = ls.session
     doc = open_document(state, uri)
@@ -50,23 +51,24 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     position = doc.clamp(position, encoding)
     offset = doc.offset_at(position, encoding)
     place = place_at(ls, doc, offset, completion_options(state.settings, invoked=True))
-    ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history))
+    least = EAGERNESS[state.settings.next_edit_eagerness]
+    ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history), least)
     job = Job.at(place, next_edit=ask)
     await run_job(ls, job)
     found = job.found
-    if found is None or found.hunk is None or job.stale():
-        return {"edits": []}
-    if found.confidence < EAGERNESS[state.settings.next_edit_eagerness]:
-        log.debug("session %s: a next edit held back (confidence %.2f)", state.id, found.confidence)
-        return {"edits": []}
-    edit = _wire(doc, found.window, found.hunk, encoding)
-    state.ledger.offered(_suggestion(doc, found.window, found.hunk, job.id))
-    document = {"uri": uri, "version": version if version is not None else doc.version}
-    edit["textDocument"] = document
-    edit["command"] = {
-        "title": "codespec: accepted",
-        "command": "codespec.didAccept",
-        "arguments": [job.id],
+    hunk = found.shown(least) if found is not None else None
+    if found is None or hunk is None or job.stale():
+        return {"edits": []}  # (an edit held back is not a suggestion: its stats row says so)
+    state.ledger.offered(_suggestion(doc, found.window, hunk, job.id))
+    edit = {
+        **_wire(doc, found.window, hunk, encoding),
+        "textDocument": {"uri": uri, "version": version if version is not None else doc.version},
+        # (clients run it when they apply the edit: the accept reaches the stats)
+        "command": {
+            "title": "codespec: accepted",
+            "command": "codespec.didAccept",
+            "arguments": [job.id],
+        },
     }
     return {"edits": [edit]}
 

@@ -26,11 +26,13 @@ from ..stops import Cursor
 @dataclass(frozen=True)
 class NextEditAsk:
     """What a next-edit request computes from (``nextedit/suggest.py``): the document's text
-    and line then, and a copy of its edit history."""
+    and line then, a copy of its edit history, and how sure the model must be of an edit for
+    it to be shown (the session's ``nextEditEagerness``)."""
 
     text: str
     line: int
     history: EditHistory
+    least_confidence: float = 0.0
 
 
 class JobStop(StopSignal):

@@ -311,7 +311,7 @@ class Worker:
             model.engine, model.tokenizer, separator, job.path or "file", ask.text, ask.line,
             ask.history, stop=job.signal,
         )  # fmt: skip
-        text = found.updated if found.edits else ""
+        text = found.updated if found.shown(ask.least_confidence) is not None else ""
         return CompletionResult(
             text, Mode.BLOCK, found.stats, prompt_tokens=found.prompt_tokens, tokens=found.tokens
         )
