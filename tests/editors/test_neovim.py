@@ -280,6 +280,41 @@ def test_a_next_edit_is_shown_where_it_is_jumped_to_applied_or_dismissed(version
 
 
 @pytest.mark.parametrize("version", list(NEOVIMS))
+def test_an_edit_of_the_buffers_last_lines_is_drawn_and_applied(version, tmp_path):
+    """The drawing and applying of an edit alone (no server: its answer given by hand), at the
+    buffer's end where a highlight cannot run on to a next line: old lines highlighted, the
+    new ones below the last, Tab on it applies it; an edit past the buffer shows nothing."""
+    editor = Editor(neovim(version), tmp_path, ["/nonexistent/codespec", "lsp"])
+    try:
+        editor.nvim.current.buffer[:] = ["a = 1", "b = a", "c = a"]
+        edit = {
+            "text": "b = a_v\nc = a_v\nd = 4\n",
+            "range": {"start": {"line": 1, "character": 0}, "end": {"line": 3, "character": 0}},
+            "command": {"command": "codespec.didAccept", "arguments": ["x"]},
+        }
+        shown = "local ne = require('codespec.nextedit'); local e = ...;"
+        problem = editor.nvim.exec_lua(shown + "return ne.show(0, vim.b.changedtick, e)", edit)
+        assert problem is None
+        marks = editor.lua(
+            "return vim.api.nvim_buf_get_extmarks(0, require('codespec.nextedit').ns, 0, -1,"
+            " { details = true })"
+        )
+        deleted = sorted(m[1] for m in marks if m[3].get("hl_group") == "DiffDelete")
+        added = [line[0][0] for m in marks for line in (m[3].get("virt_lines") or [])]
+        assert deleted == [1, 2] and added == ["b = a_v", "c = a_v", "d = 4"], marks
+        editor.nvim.current.window.cursor = (2, 0)
+        editor.nvim.input("<Tab>")
+        time.sleep(0.3)
+        assert editor.nvim.current.buffer[:] == ["a = 1", "b = a_v", "c = a_v", "d = 4"]
+        assert editor.lua("return require('codespec').next_edit()") is None
+        edit["range"] = {"start": {"line": 9, "character": 0}, "end": {"line": 12, "character": 0}}
+        problem = editor.nvim.exec_lua(shown + "return ne.show(0, vim.b.changedtick, e)", edit)
+        assert problem and editor.lua("return require('codespec').next_edit()") is None
+    finally:
+        editor.close()
+
+
+@pytest.mark.parametrize("version", list(NEOVIMS))
 def test_each_room_of_the_plugin_loads_on_its_own(version, tmp_path):
     """config, client, status, suggestion, ghost, compat and health each load first in a bare
     Neovim (no require cycle hides behind init.lua's order), and options from setup() reach the

@@ -58,9 +58,14 @@ local function draw(edit)
   local new_text = #new > 0 and (table.concat(new, "\n") .. "\n") or ""
   for _, hunk in ipairs(diff(old_text, new_text)) do
     local a_start, a_count, b_start, b_count = hunk[1], hunk[2], hunk[3], hunk[4]
-    for row = a_start, a_start + a_count - 1 do
-      vim.api.nvim_buf_set_extmark(bufnr, M.ns, first + row - 1, 0, {
-        end_row = first + row,
+    local lines = vim.api.nvim_buf_line_count(bufnr)
+    for row = first + a_start - 1, first + a_start + a_count - 2 do
+      -- the whole line: to the next line's start, or on the last line to its end
+      local last_line = row + 1 >= lines
+      local end_col = last_line and #(vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or "") or 0
+      vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, 0, {
+        end_row = last_line and row or row + 1,
+        end_col = end_col,
         hl_group = "DiffDelete",
         hl_eol = true,
       })
@@ -73,7 +78,6 @@ local function draw(edit)
       -- after the deleted run (or, for lines only added, after line ``a_start``; before the
       -- edit's first line when that is 0); never past the buffer's last line
       local below = first + (a_count > 0 and (a_start + a_count - 1) or a_start) - 1
-      local lines = vim.api.nvim_buf_line_count(bufnr)
       local row, above = math.min(math.max(below, first), lines - 1), below < first
       if below < first and first >= lines then
         above = false -- (lines added after the buffer's end: below its last line)
@@ -83,9 +87,14 @@ local function draw(edit)
   end
 end
 
-local function show(bufnr, tick, edit)
+--- Show ``edit`` (a `copilotInlineEdit` answer's edit) in ``bufnr`` as of ``tick``.
+function M.show(bufnr, tick, edit)
   M.clear()
+  bufnr = bufnr == 0 and vim.api.nvim_get_current_buf() or bufnr
   local range = edit.range
+  if range.start.line > vim.api.nvim_buf_line_count(bufnr) or range["end"].line < range.start.line then
+    return "the edit is not inside the buffer"
+  end
   shown = {
     bufnr = bufnr,
     tick = tick,
@@ -96,7 +105,11 @@ local function show(bufnr, tick, edit)
     command = edit.command,
     id = edit.command and edit.command.arguments and edit.command.arguments[1],
   }
-  draw(shown)
+  local drawn, problem = pcall(draw, shown)
+  if not drawn then -- (an edit that does not fit the buffer: nothing is shown)
+    M.clear()
+    return problem
+  end
   client.notify("textDocument/didShowInlineEdit", { item = { command = edit.command } })
 end
 
@@ -126,7 +139,7 @@ function M.request()
     if vim.api.nvim_get_mode().mode:sub(1, 1) ~= "n" then
       return
     end
-    show(bufnr, tick, edit)
+    M.show(bufnr, tick, edit)
   end, bufnr)
   if ok then
     request.request_id = request_id
