@@ -258,3 +258,40 @@ def test_token_spans_follow_the_decoded_text(qwen_tokenizer):
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
     assert all(a <= b for a, b in spans)
     assert all(x[1] == y[0] for x, y in zip(spans, spans[1:], strict=False))
+
+
+def test_a_window_of_long_lines_shrinks_and_a_line_too_long_for_any_is_no_window():
+    minified = "x" * 4_000 + "\n"
+    text = "a = 1\n" * 5 + minified * 2 + "b = 2\n" * 5
+    window = prompt.window_around(text, 2)  # (the long lines from 3 below: not both)
+    assert window.text and len(window.text) <= prompt.MAX_WINDOW_CHARS
+    assert (window.first, window.end) == (0, 6)  # (one of them fits)
+    assert prompt.window_around(text, 5).text == minified  # (alone it fits)
+    huge = "y" * (prompt.MAX_WINDOW_CHARS + 1) + "\n"
+    empty = prompt.window_around("a = 1\n" + huge, 1)
+    assert empty.text == "" and empty.first == empty.end == 1
+
+    class NoModel:
+        def generate(self, *args, **kwargs):
+            raise AssertionError("nothing to rewrite, nothing to generate")
+
+    hist = EditHistory.opened(huge)
+    found = suggest.suggest(NoModel(), None, "<|file_sep|>", "min.js", huge, 0, hist)  # type: ignore[arg-type]
+    assert found.hunk is None and not found.edits
+
+
+def test_the_original_window_of_a_long_repetitive_file_costs_little():
+    """difflib is quadratic in lines that repeat (braces, blank lines): the lines both texts
+    begin and end with are matched first, and a long changed part is not diffed line by
+    line."""
+    import time
+
+    original = "".join("}\n" if i % 3 == 0 else f"    x{i % 7} = {i % 5}\n" for i in range(20_000))
+    current = original.replace("    x1 = 1\n", "    x1_v = 1\n", 1)
+    at = current.splitlines().index("    x1_v = 1")
+    t0 = time.perf_counter()
+    before = prompt.original_window(original, current, prompt.window_around(current, at))
+    assert "    x1 = 1\n" in before and "x1_v" not in before
+    rewritten = "".join(f"z{i % 3}\n" for i in range(20_000))  # (everything changed)
+    prompt.original_window(original, rewritten, prompt.window_around(rewritten, 10_000))
+    assert time.perf_counter() - t0 < 10.0  # (line by line: minutes)

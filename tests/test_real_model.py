@@ -307,8 +307,8 @@ def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
     the target's own greedy tokens (bit-exact passes here: the same as plain decoding), written
     in far fewer passes with the current window as the draft, and nothing past the window."""
     pytest.importorskip("llama_cpp")
-    from codespec.nextedit.history import EditHistory
     from codespec.nextedit.edits import EAGERNESS
+    from codespec.nextedit.history import EditHistory
     from codespec.nextedit.suggest import EXTRA_LINES, suggest
     from codespec.runtime import load_pair
 

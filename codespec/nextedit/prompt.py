@@ -31,6 +31,12 @@ WINDOW_RADIUS = 10  # lines above and below the cursor's: Sweep's 21-line window
 MAX_DIFF_BLOCKS = 3  # recent edits shown
 MAX_DIFF_LINES = 40  # lines of old and new text in all of them together
 SEPARATOR = None  # a segment that is the file separator token
+# lines times lines past which a changed part of a document is not diffed line by line
+MAX_DIFF_WORK = 200_000
+# characters a window may hold (Sweep's 21 lines of code are a fraction of it), and the recent
+# edits together: what bounds the prompt's prefill and the rewrite's length
+MAX_WINDOW_CHARS = 6_000
+MAX_DIFF_CHARS = 3_000
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,20 @@ class NextEditPrompt:
     window: Window  # what the model rewrites
 
 
-def window_around(text: str, line: int, radius: int = WINDOW_RADIUS) -> Window:
-    """The lines within ``radius`` of ``line`` (clamped to the text)."""
+def window_around(
+    text: str, line: int, radius: int = WINDOW_RADIUS, max_chars: int = MAX_WINDOW_CHARS
+) -> Window:
+    """The lines within ``radius`` of ``line`` (clamped to the text), fewer where they would
+    hold more than ``max_chars`` (long lines: minified code, data); an empty window where the
+    line alone does (nothing a model could rewrite in time)."""
     lines = text.splitlines(keepends=True) or [""]
     line = max(0, min(line, len(lines) - 1))
-    first, end = max(0, line - radius), min(len(lines), line + radius + 1)
-    return Window(first, end, "".join(lines[first:end]))
+    for r in range(radius, -1, -1):
+        first, end = max(0, line - r), min(len(lines), line + r + 1)
+        chunk = "".join(lines[first:end])
+        if len(chunk) <= max_chars:
+            return Window(first, end, chunk)
+    return Window(line, line, "")
 
 
 def original_window(original: str, current: str, window: Window) -> str:
@@ -62,8 +76,7 @@ def original_window(original: str, current: str, window: Window) -> str:
     lines): a line both texts keep maps to itself; a window edge inside a changed part maps to
     that part's edge, so the original window holds the whole change."""
     old, new = original.splitlines(keepends=True), current.splitlines(keepends=True)
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    blocks = matcher.get_opcodes()
+    blocks = line_blocks(old, new)
 
     def block_of(line: int) -> tuple[str, int, int, int]:
         """(tag, i1, i2, j1) of the block that holds line ``line`` of the current text."""
@@ -84,6 +97,33 @@ def original_window(original: str, current: str, window: Window) -> str:
     return "".join(old[first_of(window.first) : end_of(window.end)])
 
 
+def line_blocks(old: list[str], new: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """``difflib``'s opcodes from ``old`` lines to ``new`` ones, at a cost bounded whatever the
+    texts: the lines both begin and end with are matched first (a session's edits are a few
+    places in a long file); between them, where comparing every line with every other would
+    cost more than ``MAX_DIFF_WORK`` (difflib is quadratic in lines that repeat: braces,
+    blank lines), the part is one change."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - start and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    old_end, new_end = len(old) - tail, len(new) - tail
+    middle: list[tuple[str, int, int, int, int]] = []
+    if (old_end - start) * (new_end - start) > MAX_DIFF_WORK:
+        middle = [("replace", start, old_end, start, new_end)]
+    elif old_end > start or new_end > start:
+        matcher = difflib.SequenceMatcher(None, old[start:old_end], new[start:new_end], False)
+        middle = [
+            (tag, i1 + start, i2 + start, j1 + start, j2 + start)
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        ]
+    head = [("equal", 0, start, 0, start)] if start else []
+    end = [("equal", old_end, len(old), new_end, len(new))] if tail else []
+    return head + middle + end
+
+
 def build(
     path: str,
     text: str,
@@ -102,6 +142,8 @@ def build(
     before = (
         window.text if history.original is None else original_window(history.original, text, window)
     )
+    if len(before) > MAX_WINDOW_CHARS:  # (lines deleted there by the thousand: not shown)
+        before = window.text
     segments += [SEPARATOR, f"original/{path}\n{_ending(before)}"]
     segments += [SEPARATOR, f"current/{path}\n{_ending(window.text)}"]
     segments += [SEPARATOR, f"updated/{path}"]
@@ -112,13 +154,13 @@ def _diff_blocks(history: EditHistory) -> list[tuple[str, str]]:
     """The last edits' old and new lines, newest kept first when the line budget runs out,
     shown oldest first."""
     blocks: list[tuple[str, str]] = []
-    budget = MAX_DIFF_LINES
+    budget, chars = MAX_DIFF_LINES, MAX_DIFF_CHARS
     for edit in reversed(history.recent(MAX_DIFF_BLOCKS)):
         old, new = _ending(edit.old), _ending(edit.new)
         lines = old.count("\n") + new.count("\n")
-        if lines > budget:
+        if lines > budget or len(old) + len(new) > chars:
             break
-        budget -= lines
+        budget, chars = budget - lines, chars - len(old) - len(new)
         blocks.append((old, new))
     return blocks[::-1]
 

@@ -102,6 +102,8 @@ def suggest(
     ``speculate=False`` writes the window one token a pass (what speculation is measured
     against)."""
     built = prompt.build(path, text, cursor_line, history, related)
+    if not built.window.text.strip():  # (nothing to rewrite: blank, or lines too long)
+        return NextEdit([], None, 0.0, built.window, "", 0, GenerationStats(), [])
     ids = prompt.prompt_ids(tokenizer, separator, built.segments)
     # the window as the model's output begins: the header's line break, then the window
     window_ids = tokenizer(HEAD + built.window.text, split_special_tokens=True)["input_ids"]

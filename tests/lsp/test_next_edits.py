@@ -151,3 +151,34 @@ def test_a_malformed_request_is_invalid_params(daemon, params):
 def test_a_document_that_is_not_open_is_invalid_params(daemon):
     client = folder_session(SOCKET, [], {})
     assert ask(client, 6, uri="file:///etc/passwd")["error"]["code"] == -32602
+
+
+def test_hostile_documents_are_answered_at_once(daemon):
+    """A line longer than any window (minified code), and a long file of repeated lines whose
+    every line the session changed: no edit, answered at once (nothing to rewrite, and no
+    line-by-line diff of the whole file), and the daemon serves on."""
+    client = folder_session(SOCKET, [], {"nextEditEagerness": "high"})
+    client.sock.settimeout(60)
+    minified = "var a=" + "1+" * 200_000 + "1;\n"
+    client.send(did_open("file:///tmp/next-edit/min.js", minified))
+    ask_min = ask(client, "min", uri="file:///tmp/next-edit/min.js", line=0, character=5)
+    assert ask_min["result"] == {"edits": []}
+    uri = "file:///tmp/next-edit/braces.go"
+    braces = "".join("}\n" if i % 3 == 0 else f"\tx{i % 7} = {i % 5}\n" for i in range(30_000))
+    client.send(did_open(uri, braces))
+    whole = braces.replace("\tx", "\ty")  # (one change: the whole text)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {
+                "textDocument": {"uri": uri, "version": 2},
+                "contentChanges": [{"text": whole}],
+            },
+        }
+    )
+    reply = ask(client, "braces", uri=uri, line=15_000, character=1)
+    assert "result" in reply and len(reply["result"]["edits"]) <= 1
+    document = {"jsonrpc": "2.0", "id": "doc", "method": "codespec/document"}
+    client.send({**document, "params": {"uri": uri}})
+    assert client.reply_to("doc")["result"]["text"] == whole
