@@ -3,7 +3,8 @@ no threads, no sleeps. What the rules decide is checked here; that the worker ac
 real engine is ``test_worker.py`` and the LSP tests."""
 
 from codespec.completion import CompletionOptions
-from codespec.server.places import Job, WarmJob
+from codespec.nextedit.history import EditHistory
+from codespec.server.places import Job, NextEditAsk, WarmJob
 from codespec.server.scheduler import JOB_SHARE_S, MAX_QUEUED, Scheduler
 from codespec.stats.record import Outcome, Timing
 from codespec.stops import Cursor
@@ -22,9 +23,15 @@ def scheduler(**kwargs) -> tuple[Scheduler, Clock]:
     return Scheduler(clock=clock, **kwargs), clock
 
 
-def job(clock: Clock, session: int = 1, uri: str = "file:///a.py", line: int = 0) -> Job:
+def job(
+    clock: Clock, session: int = 1, uri: str = "file:///a.py", line: int = 0, edit: bool = False
+) -> Job:
+    """A completion (``edit``: a next edit) asked now."""
     cursor = Cursor("x\n" * line, "", "python")
-    return Job(session, uri, 1, cursor, CompletionOptions(), timing=Timing(arrived=clock()))
+    ask = NextEditAsk("x\n", 0, EditHistory.opened("x\n")) if edit else None
+    return Job(
+        session, uri, 1, cursor, CompletionOptions(), timing=Timing(arrived=clock()), next_edit=ask
+    )
 
 
 def warm(session: int = 1, uri: str = "file:///a.py") -> WarmJob:
@@ -41,7 +48,7 @@ def test_the_newest_request_of_a_document_supersedes_the_older_one():
     s.submit(new)
     assert old.superseded and old.signal.cancelled
     assert not other_doc.signal.cancelled and not new.signal.cancelled
-    assert s.latest[(1, "file:///a.py")] is new
+    assert s.latest[(1, "file:///a.py", False)] is new
 
 
 def test_sessions_take_turns():
@@ -150,3 +157,23 @@ def test_a_finished_request_is_no_longer_its_documents_newest():
     s.submit(second)
     assert not first.superseded  # it had finished: nothing to supersede
     assert s.running is None and s.next()[0] is second
+
+
+def test_a_next_edit_leaves_a_completion_be_and_a_completion_stops_a_next_edit():
+    """A next edit asked while the document's completion waits (a plugin asks for one once
+    typing pauses, the completion's prefill may still run) does not cancel it: the completion is
+    what the user waits to see. A completion (a keystroke) cancels a next edit; a next edit the
+    one before it."""
+    s, clock = scheduler()
+    completion = job(clock)
+    s.submit(completion)
+    first_edit = job(clock, edit=True)
+    s.submit(first_edit)
+    assert not completion.signal.cancelled and not completion.superseded
+    second_edit = job(clock, edit=True)
+    s.submit(second_edit)
+    assert first_edit.superseded and not completion.superseded
+    keystroke = job(clock)
+    s.submit(keystroke)
+    assert completion.superseded and second_edit.superseded and second_edit.signal.cancelled
+    assert not keystroke.signal.cancelled

@@ -481,7 +481,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       SCHEMES.includes(document.uri.scheme) &&
       cs.enabledFor(document.languageId) &&
       config().get<boolean>("nextEditSuggestions", true),
-    () => cs.ghost.shownNow(),
+    () => cs.ghost.shownNow() || cs.ghost.asking(),
     (message) => cs.debug(message),
     context.extensionUri,
   );

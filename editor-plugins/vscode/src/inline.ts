@@ -378,6 +378,11 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     }
   }
 
+  /** Whether a request for a suggestion waits for its reply. */
+  asking(): boolean {
+    return this.pending !== undefined;
+  }
+
   /** Whether a suggestion of ours is on screen at the cursor (as the context key says). */
   shownNow(): boolean {
     return this.contextShown;

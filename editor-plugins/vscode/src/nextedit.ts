@@ -38,7 +38,7 @@ export class NextEdits implements vscode.Disposable {
   constructor(
     private readonly client: () => LanguageClient | undefined,
     private readonly wanted: (document: vscode.TextDocument) => boolean,
-    private readonly ghostShown: () => boolean,
+    private readonly ghostShown: () => boolean, // ghost text shown or asked for
     private readonly log: (message: string) => void,
     extensionUri: vscode.Uri,
   ) {
@@ -83,7 +83,8 @@ export class NextEdits implements vscode.Disposable {
       return;
     }
     if (this.ghostShown()) {
-      // ghost text first: ask once it is gone (taken, dismissed) and the document unchanged
+      // ghost text first (shown, or asked for): ask once it is gone (taken, dismissed) and the
+      // document unchanged
       this.timer = setTimeout(() => void this.ask(editor, version), ASK_AFTER_MS);
       return;
     }
