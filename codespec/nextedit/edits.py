@@ -96,7 +96,7 @@ def undoes(edit: LineEdit, user_edit: Edit) -> bool:
 
 
 # the least confidence an edit needs to be shown, per ``nextEditEagerness`` (see
-# docs/benchmarks.md, "Next edits: what is shown", for how often each level draws an edit
+# docs/benchmarks.md, "Next edits: `codespec bench --edits`", for how often each level draws an edit
 # where none was needed and how often it keeps the right ones)
 EAGERNESS = {"low": 0.5, "medium": 0.25, "high": 0.0}
 
