@@ -452,8 +452,10 @@ SHOWN = re.compile(r"next edit shown (\d+)-(\d+) (\".*\")$", re.MULTILINE)
 
 
 def without_ghost_text(bench: Workbench, quiet_s: float = 1.5) -> None:
-    """Dismiss ghost text (Escape) whenever some shows, until none has for ``quiet_s`` (VS Code
-    may ask again after a dismissal; the random model always has ghost text)."""
+    """Wait for the ghost text an edit brings (the random model always has some; the first
+    comes once the model has loaded), then dismiss it (Escape) whenever it shows, until none
+    has for ``quiet_s`` (VS Code may ask again after a dismissal)."""
+    wait_for(lambda: not bench.no_ghost(), 90, "the edit's ghost text")
     quiet_since = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -406,8 +406,12 @@ export class GhostText implements vscode.InlineCompletionItemProvider {
     this.report("codespec.didAccept", id);
   }
 
+  /** Escape: bound while our suggestion is shown or VS Code shows ghost text at all, since the
+   * context key we set reaches the workbench after the ghost text it belongs to (an Escape in
+   * between would hide it behind our back and leave us thinking it shown). */
   async dismiss(): Promise<void> {
     const s = this.suggestion;
+    this.log("dismissed");
     if (s && this.onScreen() !== undefined) {
       this.report("codespec.didDismiss", s.id);
     }
