@@ -10,11 +10,12 @@ import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import draft_verdict
 from .engine import Engine, SpeculationPolicy
 from .engine.backend import TargetBackend
+from .engine.draft import DraftModel
 from .engine.policy import MAX_NODES
 from .generator import Generator
 from .memory import return_freed_memory
@@ -30,6 +31,10 @@ from .models import (
     quantize_mode,
 )
 from .tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from .ggml.backend import GgmlModel
+    from .models.manifests import ModelSource
 
 
 @dataclass
@@ -82,7 +87,7 @@ def stop_ids_of(tokenizer: Tokenizer, manifest: PairManifest) -> set[int]:
 
 def build_engine(
     target: TargetBackend,
-    draft: TargetBackend | None,
+    draft: DraftModel | None,
     stop_ids: set[int],
     draft_mode: str,
     verdict: Path | None,
@@ -128,6 +133,7 @@ def load_pair(
     quantize: str | None = None,
     backend: str | None = None,
     exact: bool = False,
+    draft_vocab: str = "code",
 ) -> LoadedPair:
     """Prepare (once) and load a pair, and build its engine.
 
@@ -136,11 +142,13 @@ def load_pair(
     rows whose bits do not depend on its width, so speculative output is bit for bit what
     one-row decoding gives; otherwise llama.cpp's fastest kernel for each width. ``quantize``
     overrides the manifest's ``[quantize]`` choice for torch on the device (see
-    ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8."""
+    ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8.
+    ``draft_vocab`` (ggml): "code" trims the draft's head to the tokens code uses most
+    (``ggml/trimmed_vocab.py``), "full" keeps all of it."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
     device = choose_device(device)
     if choose_backend(manifest, device, backend, quantize, progress, exact) == "ggml":
-        return load_ggml_pair(manifest, use_draft, draft_mode, progress, exact)
+        return load_ggml_pair(manifest, use_draft, draft_mode, progress, exact, draft_vocab)
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
     verdict = draft_verdict.verdict_file(manifest, device, mode)
@@ -266,15 +274,44 @@ def choose_backend(
     return "torch"
 
 
+def trimmed_draft_of(source: ModelSource, path: Path, progress: Progress):
+    """The draft's GGUF with its head trimmed to code's tokens, and its id map, written once
+    into the user cache (None: the code-token list does not fit its vocabulary)."""
+    from .ggml.trimmed_vocab import prepared_trimmed_draft
+    from .models.sources import cache_root, source_key
+
+    key = source_key(source, path)
+    return prepared_trimmed_draft(path, key, cache_root() / "draft-vocab", progress)
+
+
+def load_ggml_draft(
+    source: ModelSource, path: Path, draft_vocab: str, target_vocab: int, progress: Progress
+) -> tuple[GgmlModel, DraftModel | None]:
+    """The draft on llama.cpp's kernels, and where its head is trimmed to code's tokens, the
+    model that maps its ids (``ggml/trimmed_vocab.py``; the trimmed file is written once)."""
+    from .ggml.backend import GgmlModel
+    from .ggml.trimmed_vocab import TrimmedDraft
+
+    if draft_vocab == "code":
+        prepared = trimmed_draft_of(source, path, progress)
+        if prepared is not None:
+            trimmed_path, vocab = prepared
+            model = GgmlModel(str(trimmed_path), padded=False)
+            return model, TrimmedDraft(model, vocab, target_vocab)
+    return GgmlModel(str(path), padded=False), None
+
+
 def load_ggml_pair(
     manifest: PairManifest,
     use_draft: bool,
     draft_mode: str,
     progress: Progress,
     exact: bool = False,
+    draft_vocab: str = "code",
 ) -> LoadedPair:
     """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft; the
-    target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``)."""
+    target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``), the
+    draft's head trimmed to code's tokens where ``draft_vocab`` is "code"."""
     from .ggml.backend import GgmlModel, rows_are_exact
     from .ggml.layout import GROUP
     from .models import gguf_file, tokenizer_folder
@@ -304,12 +341,20 @@ def load_ggml_pair(
             "llama.cpp's kernels give a row different bits alone and in a wider pass on this "
             "CPU, so speculation would not be exact: use --backend torch"
         )
-    draft = GgmlModel(str(paths[1]), padded=False) if with_draft else None
+    draft: GgmlModel | None = None
+    trimmed_draft: DraftModel | None = None
+    if with_draft:
+        assert manifest.draft is not None
+        draft, trimmed_draft = load_ggml_draft(
+            manifest.draft, paths[1], draft_vocab, target.vocab_size, progress
+        )
     text_tokens = min(m.text_tokens for m in (target, draft) if m)
     load_s = time.perf_counter() - t0
     stop_ids = stop_ids_of(tokenizer, manifest)
-    engine = build_engine(target, draft, stop_ids, draft_mode, verdict, skipped, exact)
-    del target, draft
+    engine = build_engine(
+        target, trimmed_draft or draft, stop_ids, draft_mode, verdict, skipped, exact
+    )
+    del target, draft, trimmed_draft
     if exact:
         label = f"ggml exact (llama.cpp's kernels, every pass padded to whole {GROUP}-row groups)"
     else:

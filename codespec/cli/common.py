@@ -48,6 +48,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="the draft for --model, instead of the one paired by vocabulary (the same "
         "vocabulary is required)",
     )
+    p.add_argument(
+        "--draft-vocab",
+        choices=["code", "full"],
+        default="code",
+        help="ggml: the draft predicts only the tokens code uses most (code, default: a cheaper "
+        "step; the target still verifies every token) or its whole vocabulary (full)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
     p.add_argument(
         "--quantize",

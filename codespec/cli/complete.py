@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         backend=args.backend,
         exact=args.exact,
+        draft_vocab=args.draft_vocab,
     )
     windows = {"prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens}
     settings = Settings(

@@ -13,8 +13,8 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prepare the form the chosen backend runs: the GGUF files and the tokenizer for ggml,
-    quantized tensors for torch on the CPU, bf16 on a GPU."""
+    """Prepare the form the chosen backend runs: the GGUF files, the tokenizer and the draft's
+    trimmed head for ggml, quantized tensors for torch on the CPU, bf16 on a GPU."""
     from ..models import (
         choose_device,
         gguf_file,
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_source,
         tokenizer_folder,
     )
-    from ..runtime import choose_backend
+    from ..runtime import choose_backend, trimmed_draft_of
 
     manifest = pair_of(args)
     manifest = load_manifest(manifest) if isinstance(manifest, str) else manifest
@@ -34,6 +34,12 @@ def run(args: argparse.Namespace) -> int:
         for src in (manifest.target, manifest.draft):
             if src is not None:
                 print(f"{src.label}: {gguf_file(src, manifest.install_hint)}")
+        if manifest.draft is not None:  # (its head trimmed to code's tokens: ggml/trimmed_vocab.py)
+            trimmed = trimmed_draft_of(
+                manifest.draft, gguf_file(manifest.draft, manifest.install_hint), note
+            )
+            if trimmed is not None:
+                print(f"{manifest.draft.label}, trimmed head: {trimmed[0]}")
         return 0
     mode = quantize_mode(manifest, device, args.quantize)
     for src in (manifest.target, manifest.draft):

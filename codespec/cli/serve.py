@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
                 quantize=args.quantize,
                 backend=args.backend,
                 exact=args.exact,
+                draft_vocab=args.draft_vocab,
             )
 
     next_edit_model = next_edit_model_of(args)

@@ -12,13 +12,13 @@ verifier can apply the rejection rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .backend import TargetBackend
 from .proposers import DRAFT, Kind, Proposals, Sampling
 from .slots import common_prefix_len
+from .stop import StopSignal
 from .timing import pass_seconds, timed
 from .tree import Candidate, Logits
 from .verify import logits_to_probs, sample
@@ -32,13 +32,40 @@ if TYPE_CHECKING:
 CATCH_UP_STEP = 16
 
 
+class DraftModel(Protocol):
+    """What a draft needs of its model: a cache of one sequence, extended a token at a time.
+    Every target backend is one; so is a draft with a trimmed vocabulary
+    (``ggml/trimmed_vocab.py``). Ids and logits are in the target's vocabulary."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def threads(self) -> int: ...
+
+    def use_threads(self, n: int) -> None: ...
+
+    def prefill(
+        self, ids: list[int], stop: StopSignal | None = None, chunk: int | None = None
+    ) -> tuple[Logits, int, int]: ...
+
+    def forward(self, tokens: list[int], *, all_logits: bool = True) -> Logits: ...
+
+    def crop(self, n: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 class DraftProposer:
     """Small-model proposer (``proposers.Proposer``)."""
 
     name = DRAFT
     kind = Kind.DRAFT
 
-    def __init__(self, model: TargetBackend, threshold: float = 0.6, max_len: int = 8) -> None:
+    def __init__(self, model: DraftModel, threshold: float = 0.6, max_len: int = 8) -> None:
         self.model = model
         self.threshold = threshold
         self.max_len = max_len

@@ -36,7 +36,7 @@ from . import proposal as proposing
 from .backend import TargetBackend
 from .calibration import PREFILL_CHUNK_S, Calibration, DraftLife
 from .corpus import CorpusProposer
-from .draft import DraftProposer
+from .draft import DraftModel, DraftProposer
 from .ngram import NgramProposer
 from .policy import SpeculationPolicy
 from .proposers import (
@@ -64,7 +64,7 @@ class Engine:
     def __init__(
         self,
         target: TargetBackend,
-        draft: TargetBackend | None = None,
+        draft: DraftModel | None = None,
         stop_ids: set[int] | None = None,
         policy: SpeculationPolicy | None = None,
         ngram: NgramProposer | None = None,

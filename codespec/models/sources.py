@@ -168,15 +168,20 @@ def gguf_file(src: ModelSource, install_hint: str) -> Path:
     return out
 
 
+def source_key(src: ModelSource, gguf: Path) -> str:
+    """A digest naming what is prepared from ``src``'s GGUF file: its sha256 where the manifest
+    knows it, else the file as it is now (path, size, modification time)."""
+    if src.source != "gguf":
+        return src.sha256
+    info = gguf.stat()
+    return hashlib.sha256(f"{gguf}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()
+
+
 def tokenizer_folder(src: ModelSource, install_hint: str, progress: Progress = print) -> Path:
     """A folder holding just the tokenizer of a GGUF source (read from its GGUF once): what a
     backend that runs the GGUF itself needs besides the file."""
     gguf = gguf_file(src, install_hint)
-    key = src.sha256
-    if src.source == "gguf":  # (no digest known: the file as it is now names its tokenizer)
-        info = gguf.stat()
-        key = hashlib.sha256(f"{gguf}|{info.st_size}|{info.st_mtime_ns}".encode()).hexdigest()
-    final = cache_root() / f"{key[:16]}-tokenizer{TOKENIZER_FORMAT}"
+    final = cache_root() / f"{source_key(src, gguf)[:16]}-tokenizer{TOKENIZER_FORMAT}"
     if (final / LIVE_MARKER).is_file():
         return final
     progress(f"reading the tokenizer of {src.label} (once)")
