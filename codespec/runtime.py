@@ -290,14 +290,20 @@ def load_ggml_draft(
     """The draft on llama.cpp's kernels, and where its head is trimmed to code's tokens, the
     model that maps its ids (``ggml/trimmed_vocab.py``; the trimmed file is written once)."""
     from .ggml.backend import GgmlModel
-    from .ggml.trimmed_vocab import TrimmedDraft
+    from .ggml.llama import LlamaError
+    from .ggml.trimmed_vocab import TrimmedDraft, forget_trimmed_draft
 
-    if draft_vocab == "code":
-        prepared = trimmed_draft_of(source, path, progress)
-        if prepared is not None:
-            trimmed_path, vocab = prepared
-            model = GgmlModel(str(trimmed_path), padded=False)
-            return model, TrimmedDraft(model, vocab, target_vocab)
+    for _ in range(2 if draft_vocab == "code" else 0):  # (a damaged file is written again once)
+        prepared = None
+        try:
+            prepared = trimmed_draft_of(source, path, progress)
+            if prepared is None:
+                break  # another vocabulary than the list's
+            model = GgmlModel(str(prepared[0]), padded=False)
+            return model, TrimmedDraft(model, prepared[1], target_vocab)
+        except (OSError, ValueError, LlamaError) as exc:  # a full disk, a damaged cache
+            progress(f"the trimmed draft could not be used: {exc}")
+            forget_trimmed_draft(prepared[0].parent if prepared else None)
     return GgmlModel(str(path), padded=False), None
 
 

@@ -6,12 +6,14 @@ which sequences the K/V cells belong to, save a sequence's cells to bytes and re
 stop a pass between two graph nodes (an abort callback).
 
 The settings that make rows exact are chosen by the caller (``backend.py`` says why); this
-module only applies them. llama.cpp's own log lines go to Python's logging, quiet by default.
+module only applies them. llama.cpp's own log lines go to Python's logging (``codespec.llama``),
+silent unless configured.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,17 +26,37 @@ class LlamaError(Exception):
     """llama.cpp refused something (a file, a context, a batch); the message says what."""
 
 
+# llama.cpp's log lines, by ggml's log levels (1 debug, 2 info, 3 warn, 4 error, 5: the line
+# goes on). llama-cpp-python's own callback maps an older numbering, which prints warnings
+# and hides errors, so codespec installs its own: everything goes to this logger, which is
+# silent unless configured (what failed reaches the user as codespec's one line).
+LOG = logging.getLogger("codespec.llama")
+LOG.setLevel(logging.CRITICAL + 1)
+LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_log_callback = None  # (kept: C holds a pointer to it)
+_last_level = logging.DEBUG
+
+
 def import_llama():
     """The llama_cpp module, or a ``LlamaError`` saying how to install it."""
+    global _log_callback
     try:
         import llama_cpp
-        from llama_cpp import _logger
     except ImportError as exc:  # (an OSError inside: the shared library did not load)
         raise LlamaError(
             f"llama-cpp-python is not installed ({exc}); scripts/setup.sh builds it"
         ) from None
-    _logger.set_verbose(False)
+    if _log_callback is None:
+        _log_callback = llama_cpp.llama_log_callback(_log_line)
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
     return llama_cpp
+
+
+def _log_line(level: int, text: bytes, _user_data) -> None:
+    global _last_level
+    _last_level = LOG_LEVELS.get(level, _last_level)  # (5 and unknown: as the line before)
+    if LOG.isEnabledFor(_last_level):
+        LOG.log(_last_level, text.decode("utf-8", "replace").rstrip("\n"))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -166,8 +167,15 @@ def prepared_trimmed_draft(
     if (final / "none").is_file():
         return None
     if (final / "map.npz").is_file() and (final / "draft.gguf").is_file():
-        with np.load(final / "map.npz") as saved:
-            return final / "draft.gguf", VocabularyMap(saved["kept"], saved["to_trimmed"])
+        try:
+            with np.load(final / "map.npz") as saved:
+                vocab = VocabularyMap(saved["kept"], saved["to_trimmed"])
+            if vocab.to_trimmed.max(initial=0) < vocab.size == size:
+                return final / "draft.gguf", vocab
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # (damaged: written again)
+            pass
+        progress("the trimmed draft in the cache is damaged")
+        shutil.rmtree(final, ignore_errors=True)
     progress(f"trimming the draft's head to the {size} tokens code uses most (once)")
     work = cache_dir / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
@@ -187,6 +195,12 @@ def prepared_trimmed_draft(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return (final / "draft.gguf", vocab) if vocab is not None else None
+
+
+def forget_trimmed_draft(folder: Path | None) -> None:
+    """Remove a trimmed draft's cached folder (llama.cpp refused its file)."""
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- the draft ---------------------------------------------------------------------------------

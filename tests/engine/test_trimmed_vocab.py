@@ -103,11 +103,14 @@ def prompt(n: int) -> list[int]:
     return [motif[i % len(motif)] if i % 17 else BASE + i % 89 for i in range(n)]
 
 
-def test_the_trimmed_gguf_gives_the_kept_rows_of_the_full_logits(tiny, trimmed):
+def test_the_trimmed_gguf_gives_the_kept_rows_of_the_full_logits(tiny, trimmed, capfd):
     from codespec.ggml.trimmed_vocab import TrimmedDraft
 
     path, vocab, full_size = trimmed
+    capfd.readouterr()
     full, small = model(tiny), model(path)
+    # llama.cpp's notes on loading (its dummy tokens, say) stay in its silent logger
+    assert capfd.readouterr().err == ""
     assert small.vocab_size == vocab.size < full.vocab_size
     draft = TrimmedDraft(small, vocab, full_size)
     ids = prompt(60)
@@ -162,3 +165,34 @@ def test_a_pairs_draft_is_trimmed_once_and_full_when_asked(tiny, tmp_path, monke
     assert len(said) == 1  # read, not written again
     full, none = load_ggml_draft(source, tiny, "full", 151936, said.append)
     assert none is None and full.vocab_size == 151936
+
+
+def test_a_damaged_or_unwritable_cache_never_stops_the_draft(tiny, tmp_path, monkeypatch):
+    """A truncated trimmed file or map is written again; where nothing can be written the
+    draft runs with its full head; each said in one line."""
+    from codespec.ggml.trimmed_vocab import TrimmedDraft
+    from codespec.models.manifests import ModelSource
+    from codespec.runtime import load_ggml_draft
+
+    monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
+    source = ModelSource(source="gguf", label="tiny draft", path=str(tiny))
+    said: list[str] = []
+    load_ggml_draft(source, tiny, "code", 151936, said.append)
+    folder = next((tmp_path / "cache" / "draft-vocab").iterdir())
+    ids = prompt(40)
+    for damaged in ("draft.gguf", "map.npz"):
+        data = (folder / damaged).read_bytes()
+        (folder / damaged).write_bytes(data[: len(data) // 3])
+        said.clear()
+        _, draft = load_ggml_draft(source, tiny, "code", 151936, said.append)
+        assert isinstance(draft, TrimmedDraft), said
+        assert any("trimming" in line for line in said), said  # written again
+        logits, _, _ = draft.prefill(ids)
+        assert np.isfinite(logits[draft.vocab.kept]).all()
+    # a cache that cannot be written: the full head, in one line
+    monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("not a folder")
+    said.clear()
+    model, none = load_ggml_draft(source, tiny, "code", 151936, said.append)
+    assert none is None and model.vocab_size == 151936
+    assert said and all("\n" not in line for line in said), said
