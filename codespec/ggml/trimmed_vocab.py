@@ -213,8 +213,11 @@ class TrimmedDraft:
 
     def __init__(self, model: GgmlModel, vocab: VocabularyMap, full_size: int) -> None:
         self.model = model
-        self.vocab = vocab
         self.full_size = full_size
+        # a target's vocabulary may run past the draft's (padding ids): those too get a stand-in
+        missing = max(0, full_size - len(vocab.to_trimmed))
+        to_trimmed = np.concatenate([vocab.to_trimmed, np.zeros(missing, dtype=np.int32)])
+        self.vocab = VocabularyMap(kept=vocab.kept, to_trimmed=to_trimmed)
 
     @property
     def vocab_size(self) -> int:

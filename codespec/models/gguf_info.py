@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import re
 import stat
@@ -117,16 +118,22 @@ def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
 @lru_cache(maxsize=64)
 def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
     """``read_gguf_info`` for a checked file (its size and time key the cache)."""
-    from ..ggml.llama import LlamaError, import_llama
-
     try:
-        llama = import_llama()  # (llama.cpp's log lines silent: ``ggml/llama.py``)
-    except LlamaError as exc:
-        raise ModelError(f"reading a GGUF: {exc}") from None
+        import llama_cpp as llama
+    except ImportError as exc:  # (an OSError inside: the shared library did not load)
+        raise ModelError(
+            f"reading a GGUF needs llama-cpp-python ({exc}): run scripts/setup.sh"
+        ) from None
     params = llama.llama_model_default_params()
     params.vocab_only = True
     params.use_mmap = True
-    model = llama.llama_model_load_from_file(str(path).encode(), params)
+    quiet = logging.getLogger("llama-cpp-python")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL + 1)  # (llama.cpp's notes on a vocabulary, some at level 0)
+    try:
+        model = llama.llama_model_load_from_file(str(path).encode(), params)
+    finally:
+        quiet.setLevel(level)
     if not model:
         raise ModelError(f"{path}: llama.cpp cannot read it (truncated, or not a model)")
     try:

@@ -121,6 +121,11 @@ def test_the_trimmed_gguf_gives_the_kept_rows_of_the_full_logits(tiny, trimmed, 
     outside = np.ones(full_size, dtype=bool)
     outside[vocab.kept] = False
     assert np.all(np.isneginf(got[outside]))
+    # a target vocabulary that runs past the draft's (its padding ids) gets stand-ins too
+    wider = TrimmedDraft(small, vocab, full_size + 128)
+    assert wider.prefill(ids + [full_size + 100])[0].shape == (full_size + 128,)
+    wider.reset()
+    draft.prefill(ids)
     step = draft.forward([BASE + 3], all_logits=False)
     plain = full.forward([BASE + 3], all_logits=False)
     np.testing.assert_allclose(step[-1][vocab.kept], plain[-1][vocab.kept], rtol=1e-5, atol=1e-5)
