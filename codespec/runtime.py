@@ -34,6 +34,7 @@ from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from .ggml.backend import GgmlModel
+    from .ggml.trimmed_vocab import VocabularyMap
     from .models.manifests import ModelSource
 
 
@@ -274,7 +275,9 @@ def choose_backend(
     return "torch"
 
 
-def trimmed_draft_of(source: ModelSource, path: Path, progress: Progress):
+def trimmed_draft_of(
+    source: ModelSource, path: Path, progress: Progress
+) -> tuple[Path, VocabularyMap] | None:
     """The draft's GGUF with its head trimmed to code's tokens, and its id map, written once
     into the user cache (None: the code-token list does not fit its vocabulary)."""
     from .ggml.trimmed_vocab import prepared_trimmed_draft
@@ -286,9 +289,10 @@ def trimmed_draft_of(source: ModelSource, path: Path, progress: Progress):
 
 def load_ggml_draft(
     source: ModelSource, path: Path, draft_vocab: str, target_vocab: int, progress: Progress
-) -> tuple[GgmlModel, DraftModel | None]:
-    """The draft on llama.cpp's kernels, and where its head is trimmed to code's tokens, the
-    model that maps its ids (``ggml/trimmed_vocab.py``; the trimmed file is written once)."""
+) -> tuple[GgmlModel, DraftModel]:
+    """The draft on llama.cpp's kernels, and what drafts with it: where its head is trimmed to
+    code's tokens, the model that maps its ids (``ggml/trimmed_vocab.py``; the trimmed file is
+    written once), else the model itself."""
     from .ggml.backend import GgmlModel
     from .ggml.llama import LlamaError
     from .ggml.trimmed_vocab import TrimmedDraft, forget_trimmed_draft
@@ -304,7 +308,8 @@ def load_ggml_draft(
         except (OSError, ValueError, LlamaError) as exc:  # a full disk, a damaged cache
             progress(f"the trimmed draft could not be used: {exc}")
             forget_trimmed_draft(prepared[0].parent if prepared else None)
-    return GgmlModel(str(path), padded=False), None
+    model = GgmlModel(str(path), padded=False)
+    return model, model
 
 
 def load_ggml_pair(
@@ -348,19 +353,17 @@ def load_ggml_pair(
             "CPU, so speculation would not be exact: use --backend torch"
         )
     draft: GgmlModel | None = None
-    trimmed_draft: DraftModel | None = None
+    drafter: DraftModel | None = None  # (the draft, or the draft mapping a trimmed head's ids)
     if with_draft:
         assert manifest.draft is not None
-        draft, trimmed_draft = load_ggml_draft(
+        draft, drafter = load_ggml_draft(
             manifest.draft, paths[1], draft_vocab, target.vocab_size, progress
         )
     text_tokens = min(m.text_tokens for m in (target, draft) if m)
     load_s = time.perf_counter() - t0
     stop_ids = stop_ids_of(tokenizer, manifest)
-    engine = build_engine(
-        target, trimmed_draft or draft, stop_ids, draft_mode, verdict, skipped, exact
-    )
-    del target, draft, trimmed_draft
+    engine = build_engine(target, drafter, stop_ids, draft_mode, verdict, skipped, exact)
+    del target, draft, drafter
     if exact:
         label = f"ggml exact (llama.cpp's kernels, every pass padded to whole {GROUP}-row groups)"
     else:

@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, log=print) -> dict:
         quantize=args.quantize,
         backend=args.backend,
         exact=args.exact,
-        draft_vocab=getattr(args, "draft_vocab", "code"),
+        draft_vocab=args.draft_vocab,
     )
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()

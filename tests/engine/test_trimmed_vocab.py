@@ -168,8 +168,8 @@ def test_a_pairs_draft_is_trimmed_once_and_full_when_asked(tiny, tmp_path, monke
     _, again = load_ggml_draft(source, tiny, "code", 151936, said.append)
     assert isinstance(again, TrimmedDraft) and written.stat().st_mtime_ns == stamp
     assert len(said) == 1  # read, not written again
-    full, none = load_ggml_draft(source, tiny, "full", 151936, said.append)
-    assert none is None and full.vocab_size == 151936
+    full, drafter = load_ggml_draft(source, tiny, "full", 151936, said.append)
+    assert drafter is full and full.vocab_size == 151936  # no map: the draft drafts itself
 
 
 def test_a_damaged_or_unwritable_cache_never_stops_the_draft(tiny, tmp_path, monkeypatch):
@@ -198,6 +198,6 @@ def test_a_damaged_or_unwritable_cache_never_stops_the_draft(tiny, tmp_path, mon
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "a-file"))
     (tmp_path / "a-file").write_text("not a folder")
     said.clear()
-    model, none = load_ggml_draft(source, tiny, "code", 151936, said.append)
-    assert none is None and model.vocab_size == 151936
+    model, drafter = load_ggml_draft(source, tiny, "code", 151936, said.append)
+    assert drafter is model and model.vocab_size == 151936
     assert said and all("\n" not in line for line in said), said
