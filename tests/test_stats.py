@@ -19,7 +19,7 @@ import pytest
 from codespec.stats import schema
 from codespec.stats import store as store_module
 from codespec.stats.record import Timing, request_row
-from codespec.stats.report import ReportError, build, parse_since, table
+from codespec.stats.report import ReportError, build, fetch, parse_since, table
 from codespec.stats.schema import SCHEMA_VERSION, StoreError, open_readonly
 from codespec.stats.store import Store
 from codespec.stats.verdicts import EXPIRE_S, Ledger, Suggestion
@@ -729,6 +729,30 @@ def test_a_row_with_text_in_a_number_column_breaks_no_report(tmp_path, column):
         assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
     report = json.loads(stats_cli("--db", str(path), "--json").stdout)
     assert report["total"]["requests"] >= 1
+
+
+@pytest.mark.parametrize("when", ["1e300", "-1e300", "9e18", "-1"])
+def test_a_time_no_calendar_names_breaks_no_report(tmp_path, when):
+    """A number in the time column that no day can name (SQLite's strftime gives NULL, Python's
+    localtime raises) is the day "unknown" in every form of the report, SQL and rows alike."""
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    store.put_request(row("good", "python"))
+    store.put_request(row("bad", "python"))
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE requests SET t = {when} WHERE id = 'bad'")
+    conn.commit()
+    conn.close()
+    for args in (["--by", "day"], ["--by", "day", "--html", str(tmp_path / "r.html")]):
+        result = stats_cli("--db", str(path), *args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    report = json.loads(stats_cli("--db", str(path), "--json", "--by", "day").stdout)
+    keys = [group["key"] for group in report["groups"]]
+    assert "unknown" in keys and len(keys) == 2, keys
+    reader = sqlite3.connect(path)
+    rows = fetch(reader)
+    assert sorted(g["key"] for g in build(rows, "day")["groups"]) == sorted(keys)
 
 
 def test_raw_escapes_in_a_language_id_do_not_reach_the_terminal(tmp_path):

@@ -6,7 +6,6 @@ its previous value, so a typo never takes the daemon down.
 
 from __future__ import annotations
 
-import math
 import reprlib
 import tomllib
 from dataclasses import Field, dataclass, fields, replace
@@ -16,6 +15,7 @@ from typing import Any
 import platformdirs
 
 from ..files import MAX_SMALL_FILE_BYTES, FileError, parse_toml, read_text
+from ..numbers import finite_number
 from ..settings import Settings
 
 
@@ -98,10 +98,9 @@ def _valid(declared: Field, value: Any) -> Any | None:
         return value if isinstance(value, bool) else None
     if isinstance(default, int | float):
         kinds = int if isinstance(default, int) else int | float
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            return None
-        if isinstance(value, float) and not math.isfinite(value):
-            return None  # nan passes every comparison below, and inf is no size
+        if not isinstance(value, kinds) or finite_number(value) is None:
+            return None  # (nan passes every comparison below, inf is no size, and an int
+            # past a double's range would not convert: ``numbers.py``)
         if limits["low"] is not None and value < limits["low"]:
             return None
         if limits["high"] is not None and value > limits["high"]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 
 from ..nextedit.history import EditHistory
+from ..numbers import finite_number
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 MAX_DOCUMENT_CHARS = 4_000_000  # larger documents are kept in sync but get no completions
@@ -32,6 +33,19 @@ MAX_DOCUMENT_CHARS = 4_000_000  # larger documents are kept in sync but get no c
 # cached).
 WINDOW_CHARS = 200_000
 WINDOW_STEP = 50_000
+MAX_UINTEGER = 2**31 - 1  # LSP's uinteger
+
+
+def read_position(given: object) -> types.Position:
+    """An LSP ``Position`` from a client's raw params (a notification lsprotocol did not type):
+    ``ValueError`` unless both fields are whole numbers from 0 that a double holds (JSON's
+    ``1e400`` reads as infinity, and ``int`` of it would raise something else)."""
+    if not isinstance(given, dict):
+        raise ValueError("a position must be an object")
+    line, character = (finite_number(given.get(name)) for name in ("line", "character"))
+    if not all(v is not None and 0 <= v <= MAX_UINTEGER and v == int(v) for v in (line, character)):
+        raise ValueError("a position's line and character must be whole numbers from 0")
+    return types.Position(line=int(line or 0), character=int(character or 0))
 
 
 def _units(char: str, encoding: str) -> int:

@@ -19,6 +19,7 @@ from ..stats.record import client_label
 from ..stats.verdicts import COMMANDS
 from .config import merge
 from .counters import worker_stats
+from .documents import read_position
 from .folders import declare_folders
 from .jobs import inline_completion, schedule_warm
 from .next_edits import DID_SHOW_INLINE_EDIT, INLINE_EDIT, did_show_inline_edit, inline_edit
@@ -84,9 +85,7 @@ def on_cursor(ls: CodespecServer, params: Any) -> None:
     given = as_dict(params)
     try:
         uri = given["textDocument"]["uri"]
-        position = types.Position(
-            line=int(given["position"]["line"]), character=int(given["position"]["character"])
-        )
+        position = read_position(given["position"])
     except (KeyError, TypeError, ValueError):
         log.debug("codespec/cursor with malformed params: ignored")
         return

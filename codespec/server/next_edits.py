@@ -25,7 +25,7 @@ from ..nextedit.edits import EAGERNESS, LineEdit
 from ..nextedit.prompt import Window
 from ..settings import completion_options
 from ..stats.verdicts import Suggestion
-from .documents import Document
+from .documents import Document, read_position
 from .jobs import completes_in, place_at, run_job
 from .places import Job, NextEditAsk
 from .state import open_document
@@ -109,9 +109,8 @@ def _request(params: Any) -> tuple[str, int | None, types.Position]:
     try:
         uri = params["textDocument"]["uri"]
         version = params["textDocument"].get("version")
-        line, character = params["position"]["line"], params["position"]["character"]
-        position = types.Position(line=int(line), character=int(character))
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        position = read_position(params["position"])
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise JsonRpcInvalidParams("expected {textDocument: {uri, version}, position}") from None
     if not isinstance(uri, str) or not (version is None or isinstance(version, int)):
         raise JsonRpcInvalidParams("expected {textDocument: {uri, version}, position}")

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from .record import REQUEST_COLUMNS, Outcome, number, read
-from .summary import percentiles, proposer, ratio, summaries
+from .summary import LAST_DAY_S, UNKNOWN, percentiles, proposer, ratio, summaries
 
 GROUPINGS = ("language", "kind", "day", "context", "client")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
@@ -86,16 +86,24 @@ def query(conn: sqlite3.Connection, since: str | None, language: object, by: obj
 
 
 def group_key(row: dict, by: str) -> str:
+    """A row's group, as ``summary.GROUP_SQL`` computes it in SQLite: always text."""
     if by == "kind":
         return f"{row['kind']}/{row['trigger']}"
     if by == "day":
-        return time.strftime("%Y-%m-%d", time.localtime(row["t"]))
+        return day_of(row["t"])
     if by == "context":  # acceptance per language and the context sources its prompts held
         sources = (row.get("context") or "").replace(",", "+")
         return f"{row['language']} {sources or 'in-file'}"
     if by == "client":
-        return row.get("client") or "unknown"
-    return row["language"]
+        return row.get("client") or UNKNOWN
+    return str(row["language"]) if row["language"] is not None else UNKNOWN
+
+
+def day_of(t: object) -> str:
+    """The local day of a row's time, or ``UNKNOWN`` for a time no calendar names."""
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= LAST_DAY_S:
+        return UNKNOWN
+    return time.strftime("%Y-%m-%d", time.localtime(t))
 
 
 def build(

@@ -21,14 +21,23 @@ from collections import Counter, defaultdict
 from .record import Outcome, number
 
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
-GROUP_SQL = {
+# The last moment a day can be named (9999-12-31T23:59:59Z): a later time, or one before
+# 1970, has no day in either SQLite or Python (``report.day_of`` says the same).
+LAST_DAY_S = 253402300799
+# Each group's key as SQL. Whatever a row holds (a time no calendar has, a NULL where a
+# hand-made table allows one), the key is text: ``UNKNOWN`` rather than NULL, which would
+# sort against the other keys nowhere.
+UNKNOWN = "unknown"
+_KEYS = {
     "language": "language",
     "kind": "kind || '/' || \"trigger\"",
-    "day": "strftime('%Y-%m-%d', t, 'unixepoch', 'localtime')",
+    "day": f"CASE WHEN {number('t')} BETWEEN 0 AND {LAST_DAY_S} "
+    "THEN strftime('%Y-%m-%d', t, 'unixepoch', 'localtime') END",
     "context": "language || ' ' || CASE WHEN context = '' THEN 'in-file' "
     "ELSE replace(context, ',', '+') END",
-    "client": "CASE WHEN client = '' THEN 'unknown' ELSE client END",
+    "client": f"CASE WHEN client = '' THEN '{UNKNOWN}' ELSE client END",
 }
+GROUP_SQL = {by: f"COALESCE(CAST(({sql}) AS TEXT), '{UNKNOWN}')" for by, sql in _KEYS.items()}
 RAN = (Outcome.SERVED, Outcome.EMPTY)  # outcomes whose request ran the model
 SUMMED = (  # columns summed per combination
     "tokens",

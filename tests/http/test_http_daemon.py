@@ -323,3 +323,36 @@ def test_half_a_surrogate_pair_and_a_trickling_body_harm_nothing(http_daemon):
         assert b" 408 " in trickle.recv(4096).split(b"\r\n", 1)[0]
     finally:
         trickle.close()
+
+
+HUGE = int("9" * 400)  # past a double's range: float() of it raises OverflowError
+
+
+@pytest.mark.parametrize(
+    "path, field",
+    [
+        ("/infill", "temperature"),
+        ("/infill", "n_indent"),
+        ("/infill", "t_max_predict_ms"),
+        ("/completion", "temperature"),
+        ("/v1/completions", "temperature"),
+        ("/v1/completions", "max_tokens"),
+        ("/infill", "n_predict"),
+        ("/infill", "seed"),
+    ],
+)
+def test_a_400_digit_number_is_a_400_naming_its_field(http_daemon, path, field):
+    """Every number a client sends is checked against its range before it is converted: a
+    400-digit integer is a wrong value (400, the field named) or a clamped one, never a 500."""
+    body = {"prompt": "x = ", "input_prefix": "x = ", "n_predict": 4, "max_tokens": 4}
+    body[field] = HUGE
+    if path == "/infill":
+        body.pop("prompt")
+    with http_daemon.client() as client:
+        response = client.post(path, json=body)
+        assert response.status_code in (200, 400), response.text
+        if response.status_code == 400:
+            assert field in response.json()["error"]["message"]
+        negative = client.post(path, json={**body, field: -HUGE})
+        assert negative.status_code in (200, 400), negative.text
+    assert http_daemon.proc.poll() is None

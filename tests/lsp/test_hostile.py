@@ -169,6 +169,14 @@ def test_bad_notifications_are_ignored_quietly(daemon):
     )
     client.send({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"x": 1}})
     client.send({"jsonrpc": "2.0", "method": "codespec/cursor", "params": [1]})
+    for line in (b"1e400", b"-1", b"1.5", b"9" * 400):  # JSON's 1e400 reads as infinity
+        body = (
+            b'{"jsonrpc": "2.0", "method": "codespec/cursor", "params": {"textDocument": '
+            b'{"uri": "file:///never/opened.py"}, "position": {"line": '
+            + line
+            + b', "character": 0}}}'
+        )
+        client.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     reply = request(client, 9, "codespec/stats", {})
     assert "served" in reply["result"]["daemon"]
     assert besides_status(drain(client, 1.0)) == []  # no window/showMessage pop-up with Python text

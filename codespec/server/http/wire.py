@@ -9,11 +9,11 @@ docs/http.md lists what is honoured and what is ignored.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...numbers import finite_number
 from ..documents import MAX_DOCUMENT_CHARS
 
 MAX_PREDICT = 1024  # the most tokens one request may ask for (n_predict, max_tokens)
@@ -218,12 +218,19 @@ def _predict(body: dict, key: str) -> int | None:
 
 
 def _whole(body: dict, key: str, low: int, high: int) -> int:
+    return int(_number(body, key, low, high))
+
+
+def _number(body: dict, key: str, low: float, high: float) -> float:
+    """A number field, clamped to ``[low, high]`` before it is converted (``numbers.py``);
+    absent or null is ``low``."""
     value = body.get(key, low)
     if value is None:
         return low
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    number = finite_number(value)
+    if number is None:
         raise BadRequest(f"{key} must be a number")
-    return int(min(max(value, low), high))
+    return min(max(number, low), high)
 
 
 def _stops(value: Any) -> tuple[str, ...]:
@@ -241,12 +248,7 @@ def _stops(value: Any) -> tuple[str, ...]:
 
 
 def _temperature(body: dict) -> float:
-    value = body.get("temperature", 0.0)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise BadRequest("temperature must be a number")
-    return float(min(max(value, 0.0), 2.0))
+    return float(_number(body, "temperature", 0.0, 2.0))
 
 
 def _seed(body: dict) -> int | None:
