@@ -148,6 +148,45 @@ def test_every_flag_is_checked_before_anything_loads(sample, tmp_path, args, fla
     assert not (tmp_path / "docs.md").exists()  # nothing written from a bad JSON
 
 
+PATH_FLAGS = [
+    ["complete", "{sample}:1:1", "--model"],
+    ["complete", "{sample}:1:1", "--draft-model"],
+    ["complete", "{sample}:1:1", "--pair"],
+    ["serve", "--config"],
+    ["serve", "--socket"],
+    ["serve", "--stats-db"],
+    ["serve", "--api-key-file"],
+    ["serve", "--engine-token-file"],
+    ["serve", "--next-edit-model"],
+    ["lsp", "--socket"],
+    ["stats", "--db"],
+    ["stats", "--html"],
+    ["forget", "--db"],
+    ["models", "--folder"],
+    ["bench", "--json"],
+    ["bench", "--corpus-dir"],
+]
+
+
+@pytest.mark.parametrize("value", ["", "x" * 5000, "x" * 100_000, "a/" + "b" * 300, "two\nlines"])
+@pytest.mark.parametrize("args", PATH_FLAGS, ids=lambda a: a[-1])
+def test_every_path_or_name_is_checked_once_in_one_line(sample, tmp_path, args, value):
+    """An empty name (which would silently mean the default), one no file system holds, or one
+    with a line break: one line naming the flag, exit 2, before anything loads."""
+    result = run_cli(*[a.format(sample=sample) for a in args], value)
+    assert result.returncode == 2, result.stderr[-300:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("codespec: error:") and args[-1] in line, line[:300]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_location_whose_path_no_file_system_holds_is_one_line(tmp_path):
+    result = run_cli("complete", "x" * 5000 + ":1:1")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("codespec: error:") and "PATH:LINE:COL" in line
+
+
 def test_without_a_runtime_dir_commands_say_nothing_of_it(tmp_path):
     """A container or a root shell has no XDG_RUNTIME_DIR: the fallback folder is chosen quietly
     (platformdirs' warning with its source line used to come before the output)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..models import ModelError
 from . import bench, complete, lsp, models, prepare, serve, stats
-from .common import EXIT_USAGE, UsageError, in_range
+from .common import EXIT_USAGE, Parser, UsageError, in_range
 
 DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]{1,3})?")
 # flags that set a setting: checked by the setting's own limits (server/config.py)
@@ -35,7 +35,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codespec", description=(__doc__ or "").splitlines()[0])
+    parser = Parser(prog="codespec", description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     complete.add_parser(sub)
     prepare.add_parser(sub)

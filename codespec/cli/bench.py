@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import Subparsers, add_model_options
+from .common import Subparsers, add_model_options, path_text
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -23,10 +23,16 @@ def add_parser(sub: Subparsers) -> None:
     )
     b.add_argument("--seed", type=int, default=1, help="the holes are sampled from this seed")
     b.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
-    b.add_argument("--json", default=None, metavar="FILE", help="write every figure here")
+    b.add_argument(
+        "--json", type=path_text, default=None, metavar="FILE", help="write every figure here"
+    )
     b.add_argument("--write-docs", action="store_true", help="regenerate the docs section")
-    b.add_argument("--docs", default="docs/benchmarks.md", help="the docs file to regenerate")
-    b.add_argument("--docs-from", default=None, metavar="FILE", help="docs from a saved JSON")
+    b.add_argument(
+        "--docs", type=path_text, default="docs/benchmarks.md", help="the docs file to regenerate"
+    )
+    b.add_argument(
+        "--docs-from", type=path_text, default=None, metavar="FILE", help="docs from a saved JSON"
+    )
     b.add_argument("--fetch", action="store_true", help="download the npm/Debian sources first")
     b.add_argument(
         "--repo",
@@ -49,12 +55,17 @@ def add_parser(sub: Subparsers) -> None:
         help="with --repo: each hole is the rest of its line and the N-1 lines after it",
     )
     b.add_argument(
-        "--holes-from", default=None, metavar="FILE", help="rerun the holes of a saved JSON"
+        "--holes-from",
+        type=path_text,
+        default=None,
+        metavar="FILE",
+        help="rerun the holes of a saved JSON",
     )
-    b.add_argument("--corpus-dir", default=None, help="where fetched sources live")
+    b.add_argument("--corpus-dir", type=path_text, default=None, help="where fetched sources live")
     b.add_argument("--peer", choices=["llama.cpp"], default=None, help="also run a peer")
     b.add_argument(
         "--peer-server",
+        type=path_text,
         default=None,
         metavar="PATH",
         help="with --peer: also run llama.cpp's own llama-server binary at PATH, plain and with "

@@ -7,7 +7,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..models import DEFAULT_PAIR
 
@@ -20,6 +20,39 @@ class UsageError(Exception):
     """Bad input from the user: reported as one line, exit status 2."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, reporting a bad command line as one line (and exit status 2) rather than its
+    usage block: what was wrong, and where the usage is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"codespec: error: {message} (see {self.prog} --help)\n")
+
+
+# The longest path and path component a Linux file system takes (PATH_MAX, NAME_MAX), in bytes.
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+
+
+def path_text(text: str) -> str:
+    """argparse's ``type=`` for every flag that names a file, a folder or a model: checked once,
+    where the flag is read, so no later ``open`` or lookup meets an empty name (which would
+    silently mean "the default"), a NUL, a line break (a log or status line split in two) or a
+    name no file system holds."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    if "\0" in text or "\n" in text or "\r" in text:
+        raise argparse.ArgumentTypeError("must not hold a NUL or a line break")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        raise argparse.ArgumentTypeError(f"is {size} bytes long (at most {MAX_PATH_BYTES})")
+    longest = max(len(part.encode("utf-8", "surrogateescape")) for part in text.split("/"))
+    if longest > MAX_NAME_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"has a name of {longest} bytes between slashes (at most {MAX_NAME_BYTES})"
+        )
+    return text
+
+
 def parse_location(spec: str) -> tuple[Path, int, int]:
     """``PATH:LINE:COL`` (1-based) -> (path, 0-based line, 0-based column). LINE and COL are
     ASCII digits only (``int`` would also take " 1", "+1" and other scripts' digits)."""
@@ -27,15 +60,22 @@ def parse_location(spec: str) -> tuple[Path, int, int]:
     if len(parts) != 3 or not all(DIGITS.fullmatch(p) for p in parts[1:]):
         raise UsageError(f"expected PATH:LINE:COL with 1-based numbers, got {spec!r}")
     path, line_no, col_no = parts[0], int(parts[1]), int(parts[2])
+    try:
+        path_text(path)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"the path in PATH:LINE:COL {exc}") from None
     if line_no < 1 or col_no < 1:
         raise UsageError(f"line and column are 1-based, got {line_no}:{col_no}")
     return Path(path), line_no - 1, col_no - 1
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default=DEFAULT_PAIR, help="model pair name or manifest path")
+    p.add_argument(
+        "--pair", type=path_text, default=DEFAULT_PAIR, help="model pair name or manifest path"
+    )
     p.add_argument(
         "--model",
+        type=path_text,
         default=None,
         metavar="NAME|PATH",
         help="a GGUF model you have instead of the pair: a name `codespec models` lists "
@@ -43,6 +83,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft-model",
+        type=path_text,
         default=None,
         metavar="NAME|PATH",
         help="the draft for --model, instead of the one paired by vocabulary (the same "

@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import Subparsers, UsageError
+from .common import Subparsers, UsageError, path_text
 
 
 def add_parser(sub: Subparsers) -> None:
     lsp = sub.add_parser("lsp", help="LSP over stdio for editors (starts the daemon if needed)")
-    lsp.add_argument("--socket", default=None)
+    lsp.add_argument("--socket", type=path_text, default=None)
     lsp.add_argument(
         "--tcp",
         type=int,
@@ -19,7 +19,9 @@ def add_parser(sub: Subparsers) -> None:
         metavar="PORT",
         help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
     )
-    lsp.add_argument("--pair", default=None, help="model pair for a daemon this starts")
+    lsp.add_argument(
+        "--pair", type=path_text, default=None, help="model pair for a daemon this starts"
+    )
     lsp.add_argument(
         "--reply-deadline",
         type=float,

@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import Subparsers, model_choice
+from .common import Subparsers, model_choice, path_text
 
 
 def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("models", help="the models found on this machine (Ollama, LM Studio, ...)")
     p.add_argument("--json", action="store_true", help="every field as JSON")
     p.add_argument(
-        "--folder", action="append", default=[], metavar="DIR", help="also look in DIR (repeatable)"
+        "--folder",
+        action="append",
+        type=path_text,
+        default=[],
+        metavar="DIR",
+        help="also look in DIR (repeatable)",
     )
 
 

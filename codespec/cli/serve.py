@@ -6,7 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import Subparsers, UsageError, add_model_options, model_choice, note, pair_of
+from .common import (
+    Subparsers,
+    UsageError,
+    add_model_options,
+    model_choice,
+    note,
+    pair_of,
+    path_text,
+)
 
 
 def next_edit_model_of(args: argparse.Namespace):
@@ -27,7 +35,12 @@ def next_edit_model_of(args: argparse.Namespace):
 
 def add_parser(sub: Subparsers) -> None:
     s = sub.add_parser("serve", help="run the daemon in the foreground")
-    s.add_argument("--socket", default=None, help="unix socket path (default: user runtime dir)")
+    s.add_argument(
+        "--socket",
+        type=path_text,
+        default=None,
+        help="unix socket path (default: user runtime dir)",
+    )
     s.add_argument(
         "--tcp",
         type=int,
@@ -50,16 +63,23 @@ def add_parser(sub: Subparsers) -> None:
     )
     s.add_argument(
         "--api-key-file",
+        type=path_text,
         default=None,
         metavar="FILE",
         help="the HTTP front's API key (a 0600 file); required off loopback",
     )
     s.add_argument("--draft", choices=["auto", "on", "off"], default="auto")
-    s.add_argument("--config", default=None, help="settings TOML (default: user config dir)")
+    s.add_argument(
+        "--config", type=path_text, default=None, help="settings TOML (default: user config dir)"
+    )
     s.add_argument("--max-tokens", type=int, default=None)
     s.add_argument("--no-status", action="store_true", help="no live status line")
     s.add_argument(
-        "--stats-db", default=None, metavar="FILE", help="acceptance store (default: state dir)"
+        "--stats-db",
+        type=path_text,
+        default=None,
+        metavar="FILE",
+        help="acceptance store (default: state dir)",
     )
     s.add_argument("--no-stats", action="store_true", help="record no acceptance stats")
     s.add_argument(
@@ -76,9 +96,10 @@ def add_parser(sub: Subparsers) -> None:
         metavar="URL",
         help="decode on this OpenAI-compatible server (repeat for failover; see docs/remote.md)",
     )
-    s.add_argument("--engine-model", default=None, help="the server's model name")
+    s.add_argument("--engine-model", type=path_text, default=None, help="the server's model name")
     s.add_argument(
         "--next-edit-model",
+        type=path_text,
         default=None,
         metavar="NAME|PATH",
         help="a model of your own for next edits (a GGUF in Sweep's next-edit format, e.g. "
@@ -86,7 +107,11 @@ def add_parser(sub: Subparsers) -> None:
         "settings file's [next_edit] model, else the completion model itself)",
     )
     s.add_argument(
-        "--engine-token-file", default=None, metavar="FILE", help="API token (a 0600 file)"
+        "--engine-token-file",
+        type=path_text,
+        default=None,
+        metavar="FILE",
+        help="API token (a 0600 file)",
     )
     # a model switch hands the listening socket and its lock to the new program (switching.py)
     s.add_argument("--listening-fds", default=None, help=argparse.SUPPRESS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import Subparsers, UsageError
+from .common import Subparsers, UsageError, path_text
 
 
 def add_stats_parser(sub: Subparsers) -> None:
@@ -17,9 +17,15 @@ def add_stats_parser(sub: Subparsers) -> None:
     st.add_argument("--language", default=None, help="only this languageId")
     st.add_argument("--by", choices=list(GROUPINGS), default="language")
     st.add_argument("--json", action="store_true", help="every figure as JSON")
-    st.add_argument("--html", default=None, metavar="FILE", help="write a self-contained page")
-    st.add_argument("--db", default=None, metavar="FILE", help="the store (default: state dir)")
-    st.add_argument("--socket", default=None, help="the daemon's socket (asked when it runs)")
+    st.add_argument(
+        "--html", type=path_text, default=None, metavar="FILE", help="write a self-contained page"
+    )
+    st.add_argument(
+        "--db", type=path_text, default=None, metavar="FILE", help="the store (default: state dir)"
+    )
+    st.add_argument(
+        "--socket", type=path_text, default=None, help="the daemon's socket (asked when it runs)"
+    )
 
 
 def add_forget_parser(sub: Subparsers) -> None:
@@ -28,6 +34,7 @@ def add_forget_parser(sub: Subparsers) -> None:
     )
     fg.add_argument(
         "--db",
+        type=path_text,
         default=None,
         metavar="FILE",
         help="the stats store they sit beside (default: state dir)",
