@@ -182,6 +182,7 @@ def write_tiny_gguf(
     quantized: bool = False,
     live_tokens: range | None = None,
     split_max_tensors: int = 0,
+    name: str | None = None,
 ) -> Path:
     """A tiny random Qwen2 as a GGUF file (the ``gguf`` package writes it), with the real
     Qwen2.5-Coder tokenizer copied from the embedded GGUF: a real llama.cpp server loads it in
@@ -194,7 +195,8 @@ def write_tiny_gguf(
     ``live_tokens``: the only tokens it predicts (the others' output weights are zero), so that
     its text repeats as a small vocabulary's does and n-gram lookup finds spans in it.
     ``split_max_tensors``: written as a split model of parts holding that many tensors each
-    (``NAME-00001-of-0000N.gguf``, as ``llama-gguf-split`` names them); the first is returned."""
+    (``NAME-00001-of-0000N.gguf``, as ``llama-gguf-split`` names them); the first is returned.
+    ``name``: its ``general.name``."""
     import numpy as np
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
@@ -215,6 +217,8 @@ def write_tiny_gguf(
     tokens = field("tokenizer.ggml.tokens")
     vocab, heads, kv_heads, ff = len(tokens), 4, 2, 2 * hidden
     writer = GGUFWriter(str(path), "qwen2", split_max_tensors=split_max_tensors)
+    if name is not None:
+        writer.add_name(name)
     writer.add_context_length(4096)
     writer.add_embedding_length(hidden)
     writer.add_block_count(layers)

@@ -254,6 +254,45 @@ def test_codespec_models_lists_what_it_finds_and_pairs_the_draft(tmp_path, tiny)
     assert coder["draft"] == default.draft.label
 
 
+HOSTILE_NAME = "\x1b]0;owned\x07\x1b[2J\rforged\nsecond line \u202eevil"
+
+
+def test_a_model_files_words_reach_no_terminal_raw(tmp_path):
+    """A GGUF's ``general.name`` and a store's file names are anyone's words: what ``complete
+    --model`` and ``codespec models`` print holds no escape, carriage return or line break of
+    theirs (they are shown, made harmless)."""
+    model = write_tiny_gguf(tmp_path / "hostile.gguf", name=HOSTILE_NAME)
+    home = tmp_path / "home"
+    place(model, home / ".lmstudio" / "models" / "x" / "y-GGUF" / "evil\x1b[2J\rname.gguf")
+    env = environment_in(home)
+    source = tmp_path / "fib.py"
+    source.write_text("def fibonacci(n):\n    return \n")
+    results = [
+        subprocess.run(
+            [sys.executable, "-m", "codespec", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )  # fmt: skip
+        for args in (
+            ["complete", f"{source}:2:12", "--model", str(model), "--max-tokens", "4"],
+            ["complete", f"{source}:2:12", "--model", str(model), "--json", "--max-tokens", "4"],
+            ["models"],
+            ["models", "--json"],
+        )
+    ]
+    for result in results:
+        assert result.returncode == 0, result.stderr[-2000:]
+        for text in (result.stdout, result.stderr):
+            assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+            assert "\u202e" not in text and "forged\nsecond" not in text
+    assert "evil?[2J?name.gguf" in results[2].stdout
+    labels = {row.get("label") for row in json.loads(results[3].stdout)}
+    assert "?]0;owned??[2J?forged?second line ?evil" in labels
+    assert "?]0;owned??[2J?forged?second line ?evil" in results[0].stderr
+
+
 def test_memory_is_said_before_loading_and_what_cannot_fit_is_refused(tiny):
     from codespec.models.user_models import check_memory
 

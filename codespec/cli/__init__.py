@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 
 from ..models import ModelError
+from ..printable import printable
 from . import bench, complete, lsp, models, prepare, serve, stats
 from .common import EXIT_USAGE, Parser, UsageError, in_range
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         check_flags(args)
         return COMMANDS[args.command](args)
     except (UsageError, ModelError) as exc:
-        print(f"codespec: error: {exc}", file=sys.stderr)
+        print(f"codespec: error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("codespec: interrupted", file=sys.stderr)

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     from dataclasses import replace
 
+    from ..printable import PrintableFormatter
     from ..server.config import load_file
     from ..server.endpoint import (
         DaemonRunning,
@@ -144,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
         if not loopback and not args.allow_remote:
             raise UsageError(f"refusing to listen on {args.host}: pass --allow-remote to do so")
     http_address = http_listen_address(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO)
+    for handler in logging.getLogger().handlers:  # (model files and clients name things)
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(name)s: %(message)s"))
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message, code included
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine
     settings, problems = load_file(Path(args.config) if args.config else None)

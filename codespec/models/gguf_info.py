@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..printable import printable
 from .manifests import FimTokens, ModelError
 
 MAGIC = b"GGUF"
@@ -149,7 +150,8 @@ def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
             )
             return buffer.value.decode("utf-8", "replace") if found >= 0 else ""
 
-        architecture = meta("general.architecture") or "unknown"
+        # (the file's own words: shown in terminals, logs and editors, so made printable)
+        architecture = printable(meta("general.architecture")) or "unknown"
         heads = _int(meta(f"{architecture}.attention.head_count")) or 1
         kv_heads = _int(meta(f"{architecture}.attention.head_count_kv")) or heads
         head_size = _int(meta(f"{architecture}.attention.key_length")) or (
@@ -158,7 +160,7 @@ def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
         return GgufInfo(
             path=path,
             architecture=architecture,
-            name=meta("general.name") or path.name,
+            name=printable(meta("general.name") or path.name),
             parameters=int(llama.llama_model_n_params(model)),
             quantization=quantization_name(meta("general.file_type")),
             context_length=_int(meta(f"{architecture}.context_length")),

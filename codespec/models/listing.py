@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from ..printable import printable
 from . import DEFAULT_PAIR, ModelError, load_manifest
 from .discovery import find_models
 from .gguf_info import read_gguf_info
@@ -50,4 +51,10 @@ def model_rows(folders: tuple[str, ...] = ()) -> list[dict]:
                 "draft": draft.label if (draft := paired_draft(info, drafts)) else None,
             }
         )
-    return rows
+    return [{key: _shown(value) for key, value in row.items()} for row in rows]
+
+
+def _shown(value: object) -> object:
+    """A row's text as a terminal or an editor may show it: a store's file names and a model's
+    metadata are anyone's words (``printable.py``)."""
+    return printable(value) if isinstance(value, str) else value

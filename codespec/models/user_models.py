@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..printable import printable
 from .discovery import find_models
 from .gguf_info import GgufInfo, read_gguf_info
 from .manifests import DEFAULT_PAIR, ModelError, ModelSource, PairManifest, load_manifest
@@ -82,11 +83,13 @@ def manifest_for_model(
     default = load_manifest(DEFAULT_PAIR)
     target = as_source(info, path)
     if not Path(name_or_path).expanduser().is_file():  # a store's name: the one users pick
-        target = replace(target, label=name_or_path)
+        target = replace(target, label=printable(name_or_path))
     return replace(
         default,
         name=name_or_path,
-        description=f"{info.name} ({info.architecture}, {info.quantization}, from {path})",
+        description=printable(
+            f"{info.name} ({info.architecture}, {info.quantization}, from {path})"
+        ),
         target=target,
         draft=draft,
         tokens=info.tokens,

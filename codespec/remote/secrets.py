@@ -9,6 +9,8 @@ sequences, bells, carriage returns that would rewrite a terminal line) become sp
 
 from __future__ import annotations
 
+from ..printable import printable
+
 # The shortest run of the token's characters that is masked. Shorter runs match ordinary text
 # too often to mean anything, and tell nothing of a token of many random characters.
 SECRET_PART = 4
@@ -40,5 +42,5 @@ def scrub(text: str, secret: str | None) -> str:
 def shown(text: str, secret: str | None) -> str:
     """A server's words as a log line or a status shows them: scrubbed of the secret, then
     printable only, then cut to ``SHOWN_CHARS``."""
-    clean = "".join(c if c.isprintable() else " " for c in scrub(text, secret))
+    clean = printable(scrub(text, secret), " ")
     return " ".join(clean.split())[:SHOWN_CHARS]

@@ -12,6 +12,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from ..printable import printable
 from .record import REQUEST_COLUMNS, Outcome, number, read
 from .summary import LAST_DAY_S, UNKNOWN, percentiles, proposer, ratio, summaries
 
@@ -206,7 +207,7 @@ COLUMNS = (
 def _label(key: object) -> str:
     """A group's key as a terminal may show it: a client sends languageIds, and an escape
     sequence in one must not reach the user's terminal."""
-    return "".join(c if c.isprintable() else "?" for c in str(key))
+    return printable(key)
 
 
 def table(report: dict) -> str:
