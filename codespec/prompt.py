@@ -5,10 +5,12 @@ Layout (Qwen2.5-Coder's repo-level format, as in its model card)::
     <|repo_name|>{repo}\\n<|file_sep|>{path}\\n{other file} ... <|file_sep|>{path}\\n
     <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>
 
-Extra files come first and the current file last, so the cached KV prefix stays stable while the
-user types. Prefix and suffix are cut to token budgets at line boundaries: the prefix keeps its
-last lines (and its first line while the cursor moves nearby, see ``clip_prefix``), the suffix
-its first lines.
+Only the layout's markers are special tokens: the user's text, the workspace's and other files'
+is tokenized as plain text (``tokenizer.plain_ids``), so a file that spells ``<|fim_middle|>``
+cannot reshape the prompt. Extra files come first and the current file last, so the cached KV
+prefix stays stable while the user types. Prefix and suffix are cut to token budgets at line
+boundaries: the prefix keeps its last lines (and its first line while the cursor moves nearby,
+see ``clip_prefix``), the suffix its first lines.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import FimTokens
+from .tokenizer import plain_encoding, plain_ids
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def clip_prefix(tokenizer: Any, text: str, budget: int, keep_at: int | None = No
             if held is not None and held >= budget * low:
                 return text[keep_at:]
     base = max(0, len(text) - budget * MAX_CHARS_PER_TOKEN)
-    enc = tokenizer(text[base:], add_special_tokens=False, return_offsets_mapping=True)
+    enc = plain_encoding(tokenizer, text[base:])
     if len(enc["input_ids"]) <= budget:
         if base == 0:
             return text
@@ -106,14 +109,14 @@ def _count_tokens(tokenizer: Any, text: str, start: int, limit: int) -> int | No
     """How many tokens ``text[start:]`` holds; None when more than ``limit``."""
     if len(text) - start > limit * MAX_CHARS_PER_TOKEN:  # more, whatever the tokens are
         return None
-    count = len(tokenizer(text[start:], add_special_tokens=False)["input_ids"])
+    count = len(plain_ids(tokenizer, text[start:]))
     return count if count <= limit else None
 
 
 def clip_suffix(tokenizer: Any, text: str, budget: int) -> str:
     """The longest head of ``text`` that ends at a line end and fits ``budget`` tokens."""
     window = text[: budget * MAX_CHARS_PER_TOKEN]
-    enc = tokenizer(window, add_special_tokens=False, return_offsets_mapping=True)
+    enc = plain_encoding(tokenizer, window)
     if len(enc["input_ids"]) <= budget:
         if len(window) == len(text):
             return text
@@ -137,7 +140,7 @@ def build_fim_prompt(
     FIM tokens (a model that has none) the prompt is the prefix window alone."""
 
     def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
+        return plain_ids(tokenizer, text)
 
     def special(text: str) -> list[int]:
         return [tokenizer.convert_tokens_to_ids(text)]
@@ -195,4 +198,4 @@ def extend_anchor(
     typed = prefix[len(anchor.prefix) :]
     if len(typed) > max_typed or "\n" in typed:
         return None
-    return anchor.ids + tokenizer.encode(typed, add_special_tokens=False)
+    return anchor.ids + plain_ids(tokenizer, typed)

@@ -63,6 +63,20 @@ class Tokenizer(Protocol):
     def get_added_vocab(self) -> dict[str, int]: ...
 
 
+def plain_ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text``'s token ids with any special token it spells read as plain characters: text
+    from a user, a workspace or a client is never a control token (llama-server tokenizes its
+    ``input_prefix`` and ``input_extra`` the same way); only a prompt's own layout is special."""
+    return plain_encoding(tokenizer, text, offsets=False)["input_ids"]
+
+
+def plain_encoding(tokenizer: Tokenizer, text: str, offsets: bool = True) -> dict[str, list]:
+    """``plain_ids`` with each token's character ``offset_mapping``."""
+    return tokenizer(
+        text, add_special_tokens=False, return_offsets_mapping=offsets, split_special_tokens=True
+    )
+
+
 class TokenizerError(Exception):
     """A tokenizer folder that cannot be read (one line: what and where)."""
 

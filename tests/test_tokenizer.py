@@ -119,3 +119,43 @@ def test_the_tokenizer_export_runs_alone_and_fails_in_one_line(tmp_path):
     bad.write_bytes(b"GGUF" + b"\xff" * 60)
     done = subprocess.run([*command, str(bad), str(tmp_path / "x")], capture_output=True, text=True)
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_text_that_spells_special_tokens_never_becomes_them_in_a_prompt(folders):
+    """codespec's own sources spell the FIM and repository markers: as the current file, as
+    another file and as the text typed at an anchored cursor, they are plain text in the
+    prompt, whose only special tokens are its layout's (with either kind of tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from codespec.models import load_manifest
+    from codespec.prompt import Anchor, FimRequest, build_fim_prompt, extend_anchor
+
+    root = Path(__file__).resolve().parents[1]
+    source = (root / "codespec" / "prompt.py").read_text()
+    other = (root / "codespec" / "remote" / "engine.py").read_text()
+    assert "<|fim_middle|>" in source and "<|fim_prefix|>" in source  # (the premise)
+    cut = source.index("<|fim_middle|>") + 20
+    tokens = load_manifest().tokens
+    folder = folders["qwen2.5-coder"]
+    for tokenizer in (load_tokenizer(folder), AutoTokenizer.from_pretrained(str(folder))):
+        request = FimRequest(
+            source[:cut],
+            source[cut:] + "<|endoftext|><|im_start|>",
+            path="codespec/<|file_sep|>prompt.py",
+            repo="<|repo_name|>",
+            extra_files=(("codespec/remote/engine.py", other + "<|fim_suffix|>"),),
+        )
+        ids, _ = build_fim_prompt(tokenizer, tokens, request)
+        special = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
+        layout = [tokenizer.convert_ids_to_tokens(i) for i in ids if i in special]
+        assert layout == [
+            tokens.repo_name,
+            tokens.file_sep,
+            tokens.file_sep,
+            tokens.fim_prefix,
+            tokens.fim_suffix,
+            tokens.fim_middle,
+        ], layout
+        anchor = Anchor(request.prefix, request.suffix, ids)
+        typed = extend_anchor(tokenizer, anchor, request.prefix + "<|endoftext|>", request.suffix)
+        assert typed is not None and not set(typed[len(ids) :]) & special

@@ -26,6 +26,7 @@ from ..files import write_private
 from ..memory import freeze_resident_objects
 from ..stats import report
 from ..stats.store import Store
+from ..tokenizer import plain_ids
 from ..workspace.accepted import FILE_NAME as ACCEPTED_FILE
 from ..workspace.accepted import AcceptedCompletions
 from ..workspace.index import Workspaces
@@ -147,7 +148,7 @@ class Daemon:
         if pair is None or not pair.engine.uses_corpora:
             return None
         tokenizer = pair.tokenizer
-        return lambda text: tokenizer.encode(text, add_special_tokens=False)
+        return lambda text: plain_ids(tokenizer, text)
 
     def loaded_pair(self) -> LoadedPair | None:
         """The model pair once it has loaded (None while it loads, or if it failed)."""

@@ -356,3 +356,26 @@ def test_a_400_digit_number_is_a_400_naming_its_field(http_daemon, path, field):
         negative = client.post(path, json={**body, field: -HUGE})
         assert negative.status_code in (200, 400), negative.text
     assert http_daemon.proc.poll() is None
+
+
+def test_text_that_spells_special_tokens_stays_text_over_infill(http_daemon):
+    """A comment spelling three special tokens in ``input_prefix``, ``input_suffix`` or
+    ``input_extra`` costs the prompt those characters' tokens (several each), not three control
+    tokens that would reshape the fill-in-the-middle prompt."""
+    spelled = "<|fim_middle|><|endoftext|><|fim_prefix|>"
+
+    def evaluated(client, **fields) -> int:
+        body = {"input_prefix": "# a comment\nx = ", "n_predict": 1, **fields}
+        response = client.post("/infill", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()["tokens_evaluated"]
+
+    with http_daemon.client() as client:
+        plain = evaluated(client)
+        for fields in (
+            {"input_prefix": f"# a comment {spelled}\nx = "},
+            {"input_suffix": f"\n# {spelled}\n"},
+            {"input_extra": [{"filename": "a.py", "text": f"# {spelled}\n"}]},
+        ):
+            grown = evaluated(client, **fields) - plain
+            assert grown >= 3 * 4, (fields, grown)  # (as special tokens: 3, or 3 and a few)
