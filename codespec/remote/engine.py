@@ -39,6 +39,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import httpx
@@ -253,7 +254,8 @@ class RemoteEngine:
                     stats.stop_reason = "remote_busy"
                     return False
                 what = "stalled" if texted else "sent no text in time"
-                return self._fault(url, StreamFault(f"the stream {what}"), output, stats, texted)
+                fault = StreamFault(f"the stream {what}", hangs=True)
+                return self._fault(url, fault, output, stats, texted)
             try:
                 event = events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
             except queue.Empty:
@@ -291,7 +293,7 @@ class RemoteEngine:
         """Note a fault; True when the request may go on to the next URL."""
         reason = shown(fault.reason, self.config.token)
         if fault.retry:
-            self.health.failed(url, reason, fault.retry_after_s)
+            self.health.failed(url, reason, fault.retry_after_s, hangs=fault.hangs)
         else:
             self.health.refused(url, reason)
         if texted:  # a cut stream: its last line may be cut too, so nothing is shown
@@ -374,29 +376,52 @@ class RemoteEngine:
         patience = min(self.config.first_token_timeout_s, SILENCE_PROBE_S)
         asking: dict[str, asyncio.Task] = {}  # (held here: the loop keeps only weak references)
 
-        async def whether_back(url: str) -> None:  # (serving: it lists its models)
-            if await self._answer(url, "/v1/models") == 200:
+        async def whether_back(url: str, stuck: bool) -> None:
+            # serving: it lists its models; a stuck one did that all along, so it is asked for
+            # a completion of one token
+            serving = await self._completes(url) if stuck else await self._answer(url, "/v1/models")
+            if serving == 200:
                 self.health.succeeded(url)
 
         async def whether_there(url: str) -> None:
             # Any answer will do, even a 404: llama-cpp-python's server lists its models only
             # between two completions, but its HTTP front answers while the model computes.
             if await self._answer(url, "/health") is None:
-                self.health.failed(url, f"no text in {patience:.0f} s, and no answer to a probe")
+                why = f"no text in {patience:.0f} s, and no answer to a probe"
+                self.health.failed(url, why, hangs=True)
             else:
-                self.health.answered_while_silent(url, patience)
+                self.health.answered_while_silent(url, patience, self.config.first_token_timeout_s)
 
         ticks = 0
         while True:
             await asyncio.sleep(WATCH_EVERY_S)
             ticks += 1
-            due = self.health.silent(patience)
+            due = [(url, partial(whether_there, url)) for url in self.health.silent(patience)]
             if ticks % round(PROBE_EVERY_S / WATCH_EVERY_S) == 0:
-                due += self.health.down_urls()
-            for url in due:
-                if url not in asking or asking[url].done():
-                    ask = whether_there if not self.health.is_down(url) else whether_back
-                    asking[url] = asyncio.ensure_future(ask(url))
+                due += [
+                    (url, partial(whether_back, url, stuck))
+                    for url, stuck in self.health.due_for_probe()
+                ]
+            for url, ask in due:
+                if url not in asking or asking[url].done():  # (never asked twice at once)
+                    asking[url] = asyncio.ensure_future(ask())
+
+    async def _completes(self, url: str) -> int | None:
+        """The status of a one-token completion at ``url``, or None when nothing answers within
+        the first-token timeout."""
+        body: dict = {"prompt": "\n", "max_tokens": 1, "temperature": 0.0, "stream": False}
+        if self.config.model:
+            body["model"] = self.config.model
+        try:
+            reply = await self.client.post(
+                url + "/v1/completions",
+                json=body,
+                headers=self.headers,
+                timeout=self.config.first_token_timeout_s,
+            )
+        except httpx.HTTPError:
+            return None
+        return reply.status_code
 
     async def _answer(self, url: str, path: str) -> int | None:
         """The status of ``GET path`` at ``url``, or None when nothing answers in time."""

@@ -3,15 +3,19 @@
 Each base URL is up or down. A failure takes it down for a backoff (doubling from
 ``FIRST_BACKOFF_S`` to ``MAX_BACKOFF_S``, or the server's ``Retry-After``); while it is down,
 requests go to the next URL, and when every URL is down a request is answered empty at once
-(an editor never waits on a server known to be gone). A probe (``Remote.probe``) or a request
-after the backoff tries it again; a success brings it back.
+(an editor never waits on a server known to be gone). A probe (the engine's watch) or a
+request after the backoff tries it again; a success brings it back. A URL that failed by
+*hanging* (no answer until a timeout) is tried again by the probe alone: a request would wait
+out the same timeout, one editor after another.
 
 Whether a URL is down does not wait on any one request living long enough to see it: each
 request tells the health when it was sent, and a URL that has been asked but has sent no text
 for ``patience`` seconds is asked directly (``Remote``'s watch, on its own loop). No answer:
 it is down (a server that accepts connections and answers nothing, or is gone). An answer: it
 is busy (alive, computing), which is logged once and is not a fault: requests keep going to
-it, after any URL that is not busy.
+it, after any URL that is not busy. A busy URL that has taken ``STUCK_REQUESTS`` requests and
+sent none of them text for the first-token timeout is *stuck* (it answers a probe but never a
+completion): it goes down as a hanging one, and only a completion probe brings it back.
 
 Logging is per incident, not per request: one line when a URL goes down, one when it comes
 back. Listeners hear when the engine as a whole becomes unreachable or reachable again (the
@@ -31,6 +35,9 @@ MAX_BACKOFF_S = 30.0
 # A URL that goes down again this soon after its last logged incident is flapping (up for a
 # probe, down for the next request): its incidents are logged at debug level meanwhile.
 QUIET_S = 300.0
+# Requests a busy URL may take without sending any of them text (for the first-token timeout)
+# before it is taken for stuck rather than busy: a busy server answers someone in that time.
+STUCK_REQUESTS = 3
 log = logging.getLogger("codespec.remote")
 
 READY = "ready"
@@ -50,6 +57,10 @@ class UrlState:
     waiting: int = 0  # requests sent to it and not yet over
     busy: bool = False  # it answered a probe while silent: alive, computing
     incidents: int = 0  # times it went down (a waiting request sees a new one)
+    hangs: bool = False  # down by a timeout: only the probe tries it again
+    stuck: bool = False  # down as stuck: the probe that tries it again is a completion
+    unanswered: int = 0  # requests sent since its last text
+    quiet_since: float | None = None  # the first of those (a probe's answer does not reset it)
 
     @property
     def down(self) -> bool:
@@ -74,16 +85,19 @@ class Health:
         with self.lock:
             up = [s.url for s in self.states if not s.down and not s.busy]
             busy = [s.url for s in self.states if not s.down and s.busy]
-            due = [s.url for s in self.states if s.down and s.down_until <= now]
+            due = [s.url for s in self.states if s.down and not s.hangs and s.down_until <= now]
         return up + busy + due
 
     def down_urls(self) -> list[str]:
         with self.lock:
             return [s.url for s in self.states if s.down]
 
-    def is_down(self, url: str) -> bool:
+    def due_for_probe(self) -> list[tuple[str, bool]]:
+        """Down URLs whose backoff has passed, each with whether its probe must be a completion
+        (a stuck one answers every other question)."""
+        now = self.clock()
         with self.lock:
-            return self._state(url).down
+            return [(s.url, s.stuck) for s in self.states if s.down and s.down_until <= now]
 
     def is_busy(self, url: str) -> bool:
         with self.lock:
@@ -98,6 +112,7 @@ class Health:
         with self.lock:
             state = self._state(url)
             state.silent_since, state.busy = None, False
+            state.unanswered, state.quiet_since = 0, None
 
     def sent(self, url: str) -> None:
         """A request went to ``url``: its silence, if it stays silent, counts from the first."""
@@ -105,8 +120,11 @@ class Health:
             state = self._state(url)
             state.last_sent = self.clock()
             state.waiting += 1
+            state.unanswered += 1
             if state.silent_since is None:
                 state.silent_since = state.last_sent
+            if state.quiet_since is None:
+                state.quiet_since = state.last_sent
 
     def over(self, url: str) -> None:
         """A request sent to ``url`` is over, however it ended."""
@@ -128,12 +146,23 @@ class Health:
                 and (s.waiting > 0 or now - s.last_sent < patience_s)
             ]
 
-    def answered_while_silent(self, url: str, silent_s: float) -> None:
-        """A silent URL answered a probe: busy, not gone. Its silence counts afresh."""
+    def answered_while_silent(self, url: str, silent_s: float, stuck_after_s: float) -> None:
+        """A silent URL answered a probe: busy, not gone, and its silence counts afresh; unless
+        it has taken ``STUCK_REQUESTS`` requests and answered none for ``stuck_after_s`` (the
+        first-token timeout): then it is stuck, and goes down."""
         with self.lock:
-            state = self._state(url)
-            state.silent_since = self.clock()
+            state, now = self._state(url), self.clock()
+            state.silent_since = now
+            quiet_s = now - state.quiet_since if state.quiet_since is not None else 0.0
+            stuck = state.unanswered >= STUCK_REQUESTS and quiet_s >= stuck_after_s
             first, state.busy = not state.busy, True
+        if stuck:
+            reason = (
+                f"it answers probes but sent no completion text to {state.unanswered} requests "
+                f"in {quiet_s:.0f} s"
+            )
+            self.failed(url, reason, hangs=True, stuck=True)
+            return
         if first:
             log.info(
                 "remote %s is busy: it answers, but sent no completion text in %.0f s",
@@ -148,11 +177,22 @@ class Health:
             state.failures, state.down_until, state.reason = 0, 0.0, ""
             state.warned = False
             state.silent_since, state.busy = None, False
+            state.hangs = state.stuck = False
+            state.unanswered, state.quiet_since = 0, None
         if was_warned:
             log.info("remote %s is reachable again", url)
         self._tell()
 
-    def failed(self, url: str, reason: str, retry_after_s: float | None = None) -> None:
+    def failed(
+        self,
+        url: str,
+        reason: str,
+        retry_after_s: float | None = None,
+        hangs: bool = False,
+        stuck: bool = False,
+    ) -> None:
+        """``url`` failed: down for a backoff. ``hangs``: it failed by a timeout, so only the
+        probe tries it again; ``stuck``: that probe must be a completion."""
         with self.lock:
             state, now = self._state(url), self.clock()
             first = not state.down
@@ -163,7 +203,10 @@ class Health:
                 backoff = min(max(retry_after_s, 0.0), MAX_BACKOFF_S)
             state.down_until = now + backoff
             state.reason = reason
+            state.hangs = state.hangs or hangs or stuck  # (a quick failure of a hanging URL
+            state.stuck = state.stuck or stuck  # does not make it worth a request's wait)
             state.silent_since, state.busy = None, False  # (watched afresh once it is back)
+            state.unanswered, state.quiet_since = 0, None
             flapping = state.warned_at is not None and now - state.warned_at < QUIET_S
             warn = first and not flapping  # one line per incident; retries are not news
             if warn:

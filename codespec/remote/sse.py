@@ -12,11 +12,20 @@ from __future__ import annotations
 class StreamFault(Exception):
     """The server's stream cannot be used; ``reason`` is a few words for the log."""
 
-    def __init__(self, reason: str, retry_after_s: float | None = None, retry: bool = True):
+    def __init__(
+        self,
+        reason: str,
+        retry_after_s: float | None = None,
+        retry: bool = True,
+        hangs: bool = False,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
         self.retry = retry  # worth trying again (another URL, or later)
+        # it failed by saying nothing until a timeout: a request that tries it again waits as
+        # long, so only the engine's probe tries it again (``health.py``)
+        self.hangs = hangs
 
 
 class SseParser:

@@ -98,11 +98,11 @@ async def stream_completion(
     except StreamFault as fault:
         events.put(("fault", fault))
     except httpx.ConnectTimeout:
-        events.put(("fault", StreamFault("connection timed out")))
+        events.put(("fault", StreamFault("connection timed out", hangs=True)))
     except httpx.ConnectError as exc:
         events.put(("fault", StreamFault(f"cannot connect ({_short(exc)})")))
     except httpx.TimeoutException:
-        events.put(("fault", StreamFault("the server stopped sending")))
+        events.put(("fault", StreamFault("the server stopped sending", hangs=True)))
     except httpx.HTTPError as exc:  # a cut connection, a protocol error
         events.put(("fault", StreamFault(f"the stream broke ({_short(exc)})")))
 
