@@ -379,3 +379,59 @@ def test_text_that_spells_special_tokens_stays_text_over_infill(http_daemon):
         ):
             grown = evaluated(client, **fields) - plain
             assert grown >= 3 * 4, (fields, grown)  # (as special tokens: 3, or 3 and a few)
+
+
+def test_idle_and_trickling_connections_do_not_lock_clients_out(http_daemon):
+    """300 connections that send nothing or trickle a request head a byte at a time (any local
+    process may open them): /health and a normal /infill are still answered, within a second
+    of their time without them, and the idle ones are closed once their head is overdue."""
+    from codespec.server.http.guard import HEAD_TIMEOUT_S
+
+    def timed_infill(client) -> float:
+        t0 = time.monotonic()
+        response = client.post("/infill", json={"input_prefix": "z = ", "n_predict": 4})
+        assert response.status_code == 200, response.text
+        return time.monotonic() - t0
+
+    with http_daemon.client() as client:
+        timed_infill(client)
+        alone = timed_infill(client)
+    idle = [socket.create_connection(("127.0.0.1", http_daemon.port)) for _ in range(150)]
+    trickling = [socket.create_connection(("127.0.0.1", http_daemon.port)) for _ in range(150)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        for sock in trickling:
+            sock.sendall(b"POST /infill HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        while not stop.wait(0.5):
+            for sock in trickling:
+                try:
+                    sock.sendall(b"a")
+                except OSError:
+                    pass  # (closed by the front: that is the point)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        with http_daemon.client() as client:  # a fresh connection, after all of them
+            t0 = time.monotonic()
+            assert client.get("/health").status_code == 200
+            assert time.monotonic() - t0 < 1.0
+            crowded = timed_infill(client)
+        assert crowded < alone + 1.0, (crowded, alone)
+        time.sleep(HEAD_TIMEOUT_S + 2.0)
+        for sock in (*idle, *trickling):  # every one is closed by now
+            sock.settimeout(5)
+            try:
+                assert sock.recv(1024) == b""
+            except ConnectionResetError:
+                pass
+        with http_daemon.client() as client:
+            assert timed_infill(client) < alone + 1.0
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for sock in (*idle, *trickling):
+            sock.close()
+    assert http_daemon.proc.poll() is None

@@ -8,7 +8,9 @@ Admission, before a body is read:
 * a browser's cross-site request (an ``Origin`` that is not this server's) is refused, and a
   POST must say ``Content-Type: application/json`` (which a page cannot send without asking);
 * with an API key, ``Authorization: Bearer KEY`` is compared in constant time;
-* a body past ``MAX_BODY_BYTES`` is refused while it is read.
+* a body past ``MAX_BODY_BYTES`` is refused while it is read;
+* at most ``MAX_REQUESTS`` requests run at once (``RequestLimit``): requests are counted, not
+  connections (``guard.py`` bounds those), and the start-up checks are never refused.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...files import parse_json
 from ..lifecycle import plain_strings
@@ -40,6 +43,11 @@ MAX_BODY_BYTES = 16 << 20  # a request's body; llama.vim's largest (256 prefix l
 # suffix lines, 16 ring chunks of 64 lines) is far smaller
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
 BODY_TIMEOUT_S = 10.0
+# llama-server's clients send one request at a time each; more at once than this are answered
+# 503 with a message rather than queued without bound
+MAX_REQUESTS = 64
+# what editors ask at start-up and while the model loads: cheap, never refused
+START_UP_CHECKS = frozenset({"/health", "/v1/health", "/props", "/models", "/v1/models"})
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,30 @@ class Admission:
         if scheme.lower() != "bearer":
             key = request.headers.get("x-api-key", "")
         return hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+
+class RequestLimit:
+    """ASGI middleware: requests in flight at most ``limit`` (a stream counts until it ends);
+    past that, a 503 that says so."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_REQUESTS) -> None:
+        self.app = app
+        self.limit = limit
+        self.running = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in START_UP_CHECKS:
+            await self.app(scope, receive, send)
+            return
+        if self.running >= self.limit:
+            busy = error(f"more than {self.limit} requests at once; try again shortly", 503)
+            await busy(scope, receive, send)
+            return
+        self.running += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.running -= 1
 
 
 def error(message: str, status: int) -> JSONResponse:
@@ -151,7 +183,11 @@ def build_app(front: Front, admission: Admission) -> Starlette:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         return error("no such endpoint" if status == 404 else str(exc), status)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(RequestLimit)],
+    )
 
 
 async def json_body(request: Request) -> Any:

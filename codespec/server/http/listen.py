@@ -16,13 +16,11 @@ from starlette.applications import Starlette
 
 from .app import Admission, build_app
 from .front import Front
+from .guard import GuardedH11Protocol
 
 if TYPE_CHECKING:
     from ..daemon import Daemon
 
-# llama-server's clients send one request at a time each; more open at once than this are
-# answered 503 by uvicorn rather than queued without bound
-MAX_CONNECTIONS = 64
 GRACEFUL_STOP_S = 2
 
 
@@ -92,7 +90,7 @@ class HttpFront:
             access_log=False,  # a request line names no secret, but nothing is logged per call
             log_level="warning",
             server_header=False,
-            limit_concurrency=MAX_CONNECTIONS,
+            http=GuardedH11Protocol,  # (connections bounded there, requests in app.RequestLimit)
             timeout_graceful_shutdown=GRACEFUL_STOP_S,
         )
         self.server = _EmbeddedServer(config)
