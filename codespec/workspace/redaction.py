@@ -14,7 +14,14 @@ replaced by ``REDACTED`` first:
 * a quoted value assigned to a name that says it is secret (``*key*``, ``*token*``,
   ``*secret*``, ``*passw*``, ``*credential*``, ``auth``): detect-secrets' keyword detector, and
   the same for annotated assignments it does not read (``api_token: str = "…"``), when the value
-  looks generated (8 or more characters, letters and digits mixed).
+  looks generated (8 or more characters, letters and digits mixed);
+* any quoted value of one word (8 or more characters, not a dotted name, a path, a placeholder
+  or an environment variable's name) bound to a name that *ends* in a secret's word
+  (``password``, ``token``, ``secret``, ``api_key``, ``authToken``, ...): a parameter's default
+  (``def f(token="...")``, ``function f(token: string = "...")``), a keyword argument, an
+  object's key;
+* the value of a ``password: ...`` or ``token = ...`` line in a comment or a docstring (a label
+  of up to two words before it, one word of 6 or more characters after it).
 
 Entropy alone is not used: on code it flags every identifier. Redaction is a net, not a
 guarantee: ``lsp/PROTOCOL.md`` says what leaves the machine.
@@ -37,6 +44,27 @@ SECRET_NAMED = re.compile(
     r"\s*(?::\s*[\w\[\]., |]+?)?\s*(?:=|:)\s*"  # an annotation, then = or :
     r"(?P<quote>['\"`])(?P<value>[^'\"`\s]{8,})(?P=quote)"
 )
+# A secret's word, ending a name (joined to the rest of it by _ or -, or as a camelCase part):
+# ``token_type`` and ``key_name`` do not end in one, and ``key`` alone says too little.
+_SECRET_WORD = (
+    r"(?:passw(?:or)?d|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|credentials?)"
+)
+SECRET_BOUND = re.compile(
+    r"(?:(?<![\w-])|(?<=[a-z0-9_-]))"  # a name's start, or a later part's
+    r"(?i:" + _SECRET_WORD + r")(?![\w-])['\"`]?"  # the name's end (a quoted key's quote)
+    r"\s*(?::\s*[\w\[\]., |]+?)?\s*(?:=|:)\s*"  # an annotation, then = or :
+    r"(?P<quote>['\"`])(?P<value>[^'\"`\s]{8,})(?P=quote)"
+)
+SECRET_LINE = re.compile(
+    r"^\s*(?:#+|//+|/?\*+|--|;+|\"\"\"|''')?\s*"  # a comment's or a docstring's start
+    r"(?:[\w-]+\s+){0,2}"  # a label ("admin", "staging db")
+    r"(?i:" + _SECRET_WORD + r")\s*[:=]\s*"
+    r"(?P<value>[^\s'\"`]{6,}?)[.,;]?\s*(?:\"\"\"|'''|\*/)?\s*$"
+)
+# What a secret's name is bound to in code that holds none: a dotted name, a path or URL, a
+# placeholder (``<token>``, ``${TOKEN}``, ``%s``, ``{}``) or an environment variable's name.
+NOT_A_VALUE = re.compile(r"[./\\<>{}$%()\[\]]|^[A-Z0-9_]+$")
 NEWER_FORMATS = [
     re.compile(r"\bsk-(?:proj-|ant-(?:api\d\d-)?|svcacct-)?[A-Za-z0-9_-]{20,}"),
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),
@@ -90,6 +118,11 @@ def _redact_line(line: str, patterns: list[re.Pattern[str]], keyword: Any) -> st
     for match in SECRET_NAMED.finditer(line):
         if looks_generated(match.group("value")):
             spans.append(match.span("value"))
+    for match in SECRET_BOUND.finditer(line):
+        if not NOT_A_VALUE.search(match.group("value")):
+            spans.append(match.span("value"))
+    if (match := SECRET_LINE.match(line)) and not NOT_A_VALUE.search(match.group("value")):
+        spans.append(match.span("value"))
     values = {s.secret_value for s in keyword.analyze_line(filename="x", line=line)}
     for value in values:
         if value and len(value) >= 6:

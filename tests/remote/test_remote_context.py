@@ -18,11 +18,16 @@ from rpc import did_open, folder_session, inline_request  # noqa: E402
 pytestmark = needs_server
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 PASSWORD = "hunter2hunter2"
+ADMIN_PASSWORD = "tr0ub4dor-staging"  # (in a docstring line, "admin password: ...")
+TOKEN = "correcthorsebattery"  # (a plain default argument: no digits, nothing generated)
+SECRETS = (AWS_KEY, PASSWORD, ADMIN_PASSWORD, TOKEN)
 SETTINGS = (
     "class Settings:\n"
     f'    aws_key = "{AWS_KEY}"\n\n'
-    f'    def connect(self, host, password="{PASSWORD}"):\n'
-    '        """Open the billing database."""\n'
+    f'    def connect(self, host, password="{PASSWORD}", token="{TOKEN}"):\n'
+    '        """Open the billing database.\n\n'
+    f"        admin password: {ADMIN_PASSWORD}\n"
+    '        """\n'
     "        return host\n"
 )
 MAIN = (
@@ -60,7 +65,7 @@ def test_unopened_files_reach_the_server_redacted_or_not_at_all(tiny_manifest, t
             time.sleep(0.2)
         prompt = with_context[0]
         assert "settings.py" in prompt and "<redacted>" in prompt
-        assert AWS_KEY not in prompt and PASSWORD not in prompt
+        assert not [secret for secret in SECRETS if secret in prompt], prompt
 
         off = folder_session(
             socket_path, [project.as_uri()], {**options, "remoteWorkspaceContext": False}
