@@ -12,7 +12,9 @@ calls, so a transformers tokenizer (the tests compare the two) fits wherever thi
 
 from __future__ import annotations
 
+import re
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,6 +64,11 @@ class Tokenizer(Protocol):
 
     def get_added_vocab(self) -> dict[str, int]: ...
 
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template its folder names (``tokenizer_config.json``), if any."""
+        ...
+
 
 def plain_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     """``text``'s token ids with any special token it spells read as plain characters: text
@@ -75,6 +82,23 @@ def plain_encoding(tokenizer: Tokenizer, text: str, offsets: bool = True) -> dic
     return tokenizer(
         text, add_special_tokens=False, return_offsets_mapping=offsets, split_special_tokens=True
     )
+
+
+def break_specials(tokenizer: Tokenizer, text: str) -> str:
+    """``text`` with each spelling of a special token broken by a zero-width space after its
+    first character: for text that a prompt holds as *text* (a server, or a chat template's
+    output, parses every special token's spelling in it as the token)."""
+    return _spelled(tuple(sorted(tokenizer.get_added_vocab()))).sub(_broken, text)
+
+
+def _broken(match: re.Match[str]) -> str:
+    return match.group(0)[0] + "\u200b" + match.group(0)[1:]
+
+
+@lru_cache(maxsize=8)
+def _spelled(added: tuple[str, ...]) -> re.Pattern[str]:
+    longest_first = sorted(added, key=len, reverse=True)  # (one spelling may hold another)
+    return re.compile("|".join(re.escape(text) for text in longest_first) or "(?!)")
 
 
 class TokenizerError(Exception):
@@ -100,6 +124,8 @@ class FastTokenizer:
         self.all_special_ids = sorted(i for i, token in added.items() if token.special)
         self.vocab_size = self.rust.get_vocab_size(with_added_tokens=False)
         self.clean_up_spaces = config.get("clean_up_tokenization_spaces") is True
+        template = config.get("chat_template")
+        self.chat_template: str | None = template if isinstance(template, str) else None
         # special tokens spelled in the text read as plain text (``split_special_tokens``): a
         # second tokenizer, so no caller ever sees the first one's setting change
         self._splitting: RustTokenizer | None = None

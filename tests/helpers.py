@@ -99,6 +99,15 @@ def naive_greedy(model, prompt: list[int], n: int, stop_ids=()) -> list[int]:
     return out
 
 
+# Qwen's chat format, as its instruct models' templates write it (without their tool calls)
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
 def build_tiny_pair(folder: Path) -> Path:
     """Save a tiny random Qwen2 with the real Qwen2.5-Coder tokenizer (copied from the prepared
     default pair: text goes through the real tokenization path while a target pass costs
@@ -130,6 +139,9 @@ def build_tiny_pair(folder: Path) -> Path:
     model.save_pretrained(str(model_dir), safe_serialization=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(real / name, model_dir / name)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = CHATML  # (an instruct model's: /v1/chat/completions serves it)
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
     tokens = default.tokens
     stop = ", ".join(f'"{t}"' for t in tokens.stop)
     manifest = folder / "tiny.toml"

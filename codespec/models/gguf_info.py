@@ -247,3 +247,24 @@ def _vocabulary_digest(llama, vocab) -> str:
         digest.update(llama.llama_vocab_get_text(vocab, token))
         digest.update(b"\0")
     return digest.hexdigest()[:32]
+
+
+MAX_CHAT_TEMPLATE_CHARS = 256 << 10  # a template is a few kilobytes; a larger one is refused
+
+
+@lru_cache(maxsize=8)
+def chat_template(path: Path) -> str | None:
+    """The chat template a GGUF carries (``tokenizer.chat_template``), or None: a base model
+    has none, and a template past ``MAX_CHAT_TEMPLATE_CHARS`` is taken for none."""
+    from gguf import GGUFReader, GGUFValueType
+
+    try:
+        field = GGUFReader(path).fields.get("tokenizer.chat_template")
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read its metadata ({exc})") from None
+    if field is None or field.types[:1] != [GGUFValueType.STRING]:
+        return None
+    value = field.parts[field.data[0]]
+    if len(value) > MAX_CHAT_TEMPLATE_CHARS:
+        return None
+    return bytes(value).decode("utf-8", "replace")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import re
 import ssl
 import threading
 import time
@@ -47,6 +46,7 @@ import httpx
 from ..engine import Generation, GenerationParams, GenerationStats, StopRule, StopSignal
 from ..engine.request import Output
 from ..engine.slots import common_prefix_len
+from ..tokenizer import break_specials
 from .config import RemoteConfig
 from .health import Health
 from .metrics import ServerSpeculation, from_event
@@ -74,10 +74,6 @@ RESIZE_RATIO = 1.25
 TOKEN_SLACK = 4
 
 
-def _broken(match: re.Match[str]) -> str:
-    return match.group(0)[0] + "\u200b" + match.group(0)[1:]
-
-
 class RemoteEngine:
     """Decodes on a remote server; see the module docstring."""
 
@@ -95,11 +91,8 @@ class RemoteEngine:
         self.measured_rate: float | None = None  # the servers' prefill, prompt tokens/s
         self.sizing_rate = COLD_PREFILL_RATE  # the rate the windows are sized by
         self.last_prompt: dict[str, list[int]] = {}  # per URL: what its cache holds, roughly
-        added = tokenizer.get_added_vocab()  # {text: id}: what a server's tokenizer parses
-        self.special_ids = frozenset(added.values())
-        self.spelled_special = re.compile(
-            "|".join(re.escape(text) for text in sorted(added, key=len, reverse=True)) or "(?!)"
-        )
+        # what a server's tokenizer parses as special tokens
+        self.special_ids = frozenset(tokenizer.get_added_vocab().values())
         self.headers = {"Accept": "text/event-stream"}
         if config.token:
             self.headers["Authorization"] = f"Bearer {config.token}"
@@ -159,7 +152,7 @@ class RemoteEngine:
                 plain.append(token)
                 continue
             if plain:
-                pieces.append(self.spelled_special.sub(_broken, self.tokenizer.decode(plain)))
+                pieces.append(break_specials(self.tokenizer, self.tokenizer.decode(plain)))
                 plain = []
             if token is not None:
                 pieces.append(self.tokenizer.convert_ids_to_tokens(token))

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...files import parse_json
+from ...tokenizer import Tokenizer, plain_ids
 from ..lifecycle import plain_strings
 from ..worker import ModelUnavailable
 from . import wire
@@ -152,13 +153,45 @@ def build_app(front: Front, admission: Admission) -> Starlette:
         entry = {"id": label, "object": "model", "created": 0, "owned_by": "codespec"}
         return JSONResponse({"object": "list", "data": [entry]})
 
+    def tokenizer() -> Tokenizer:
+        pair = front.loaded()
+        if pair is None:
+            raise ModelUnavailable("the model is not loaded yet (GET /health says when)")
+        return pair.tokenizer
+
+    async def tokenize(request: Request) -> Response:
+        """llama-server's: the content's token ids (special tokens parsed unless
+        ``parse_special`` is false), or with ``with_pieces`` each id with its text."""
+        content, add_special, parse_special, with_pieces = wire.read_tokenize(
+            await json_body(request)
+        )
+        vocabulary = tokenizer()
+        ids = (
+            vocabulary.encode(content, add_special_tokens=add_special)
+            if parse_special
+            else plain_ids(vocabulary, content)
+        )
+        if not with_pieces:
+            return JSONResponse({"tokens": ids})
+        pieces = [{"id": i, "piece": vocabulary.decode([i])} for i in ids]
+        return JSONResponse({"tokens": pieces})
+
+    async def detokenize(request: Request) -> Response:
+        vocabulary = tokenizer()
+        size = vocabulary.vocab_size + len(vocabulary.get_added_vocab())
+        ids = wire.read_detokenize(await json_body(request), size)
+        return JSONResponse({"content": vocabulary.decode(ids)})
+
     def completion_endpoint(read: Callable[[Any], Ask]) -> Callable:
         async def handle(request: Request) -> Response:
             ask = front.resolve(read(await json_body(request)))
             client = client_name(request.headers.get("user-agent"), ask.endpoint)
             if ask.prepare_only:
                 front.prepare(ask, client)
-                return JSONResponse(wire.llama_answer(wire.Answer(""), ask.response_fields))
+                nothing = wire.Answer("", model=front.model_label())
+                if ask.openai:
+                    return JSONResponse(wire.openai_answer(nothing, request_id(), ask.chat))
+                return JSONResponse(wire.llama_answer(nothing, ask.response_fields))
             if ask.stream:
                 return EventStream(front, ask, client)
             return await answer_whole(front, ask, client, request.receive)
@@ -177,6 +210,13 @@ def build_app(front: Front, admission: Admission) -> Starlette:
             "/completions", admitted(completion_endpoint(wire.read_completion)), methods=["POST"]
         ),
         Route("/v1/completions", admitted(completion_endpoint(wire.read_openai)), methods=["POST"]),
+        Route(
+            "/v1/chat/completions",
+            admitted(completion_endpoint(wire.read_chat)),
+            methods=["POST"],
+        ),
+        Route("/tokenize", admitted(tokenize), methods=["POST"]),
+        Route("/detokenize", admitted(detokenize), methods=["POST"]),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -237,6 +277,6 @@ async def answer_whole(front: Front, ask: Ask, client: str, receive: Receive) ->
     except Exception:
         log.exception("an HTTP completion failed")
         return error("the completion failed (details in the daemon log)", 500)
-    if ask.endpoint == "v1/completions":
-        return JSONResponse(wire.openai_answer(answer, request_id()))
+    if ask.openai:
+        return JSONResponse(wire.openai_answer(answer, request_id(), ask.chat))
     return JSONResponse(wire.llama_answer(answer, ask.response_fields))

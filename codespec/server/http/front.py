@@ -17,15 +17,19 @@ from typing import TYPE_CHECKING
 
 from ...client_stops import ClientStops
 from ...languages import GENERIC, has_syntax_error, language_for
+from ...models import ModelError, gguf_file
+from ...models.gguf_info import chat_template
 from ...settings import completion_options
 from ...stats.record import client_label
 from ...stops import CLOSERS, QUOTES, Cursor, decide_mode
+from ...tokenizer import break_specials
 from ...workspace.redaction import redact
 from ..config import Settings
 from ..jobs import apply_multiline_policy
 from ..places import Job, Place, WarmJob
-from ..worker import Worker
-from .wire import Answer, Ask, fim_parts
+from ..worker import ModelUnavailable, Worker
+from .chat import chat_prompt
+from .wire import MAX_PREDICT, Answer, Ask, fim_parts
 
 if TYPE_CHECKING:
     from ...completion import CompletionResult
@@ -77,9 +81,12 @@ class Front:
         return session
 
     def resolve(self, ask: Ask) -> Ask:
-        """A bare FIM prompt in the loaded model's own markers becomes the cursor it describes
-        (codespec's prompt, stop rules and prompt reuse then apply); anything else as it is."""
+        """A chat becomes the prompt its model's template makes of it; a bare FIM prompt in
+        the loaded model's own markers becomes the cursor it describes (codespec's prompt,
+        stop rules and prompt reuse then apply); anything else as it is."""
         pair = self.loaded()
+        if ask.chat:
+            return self._chat(ask, pair)
         if ask.prompt is None or pair is None:
             return ask
         marks = pair.manifest.tokens
@@ -87,6 +94,34 @@ class Front:
         if parts is None:
             return ask
         return replace(ask, prompt=None, prefix=parts[0], suffix=parts[1])
+
+    def _chat(self, ask: Ask, pair: LoadedPair | None) -> Ask:
+        if pair is None:
+            raise ModelUnavailable("the model is not loaded yet (GET /health says when)")
+        tokenizer = pair.tokenizer
+        names = {"bos_token": "", "eos_token": ""}
+        for name, token in (("bos_token", None), ("eos_token", tokenizer.eos_token_id)):
+            names[name] = (
+                (tokenizer.convert_ids_to_tokens(token) or "") if token is not None else ""
+            )
+        prompt = chat_prompt(
+            self._chat_template(pair),
+            ask.messages,
+            lambda text: break_specials(tokenizer, text),
+            names,
+        )
+        return replace(ask, prompt=prompt, max_tokens=ask.max_tokens or MAX_PREDICT)
+
+    @staticmethod
+    def _chat_template(pair: LoadedPair) -> str | None:
+        """The template the target's tokenizer folder names, else the one its GGUF carries
+        (None for a model without one)."""
+        if pair.tokenizer.chat_template is not None:
+            return pair.tokenizer.chat_template
+        try:
+            return chat_template(gguf_file(pair.manifest.target, pair.manifest.install_hint))
+        except ModelError:
+            return None
 
     def place(self, ask: Ask, client: str) -> Place:
         """Where the request asks: a cursor between its prefix and suffix, or its own prompt."""

@@ -43,7 +43,7 @@ class EventStream(Response):
         self.status_code, self.background = 200, None
         self.init_headers({"cache-control": "no-cache"})
         self.front, self.ask, self.client = front, ask, client
-        self.openai = ask.endpoint == "v1/completions"
+        self.openai, self.chat = ask.openai, ask.chat
         self.id, self.created, self.model = request_id(), int(time.time()), front.model_label()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -55,6 +55,10 @@ class EventStream(Response):
 
         job = self.front.submit(self.ask, self.client, on_text=on_text)
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        if self.chat:  # (OpenAI's first chunk of a chat names the role that speaks)
+            first = wire.openai_chunk("", self.id, self.model, self.created, chat=True)
+            first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+            await _event(send, first)
         sending = asyncio.ensure_future(self._send_all(job, texts, send))
         gone = asyncio.ensure_future(disconnected(receive))
         try:
@@ -101,16 +105,19 @@ class EventStream(Response):
         if not text:
             return
         if self.openai:
-            await _event(send, wire.openai_chunk(text, self.id, self.model, self.created))
+            chunk = wire.openai_chunk(text, self.id, self.model, self.created, self.chat)
+            await _event(send, chunk)
         else:
             await _event(send, wire.llama_chunk(text))
 
     async def _end(self, send: Send, answer: Answer, rest: str) -> None:
         if self.openai:
             await self._piece(send, rest)
-            final = wire.openai_chunk("", self.id, self.model, self.created)
-            final["choices"][0]["finish_reason"] = wire.finish_reason(answer.stop_type)
+            finish = wire.finish_reason(answer.stop_type)
+            final = wire.openai_chunk("", self.id, self.model, self.created, self.chat, finish)
             await _event(send, final)
+            if self.ask.include_usage:
+                await _event(send, wire.usage_chunk(answer, self.id, self.chat))
             await _event(send, "[DONE]")
         else:
             answer.text = rest

@@ -1,6 +1,7 @@
-"""What HTTP clients send and read: llama-server's ``/infill`` and ``/completion``, OpenAI's
-``/v1/completions``. Pure functions: a request body in, an ``Ask`` out (or ``BadRequest``, one
-line naming the field); an ``Answer`` in, the client's JSON out.
+"""What HTTP clients send and read: llama-server's ``/infill``, ``/completion``, ``/tokenize``
+and ``/detokenize``, OpenAI's ``/v1/completions`` and ``/v1/chat/completions``. Pure
+functions: a request body in, an ``Ask`` out (or ``BadRequest``, one line naming the field);
+an ``Answer`` in, the client's JSON out.
 
 The field names, defaults and response shapes follow llama.cpp's server (``tools/server``) and
 what llama.vim (``autoload/llama.vim``) and llama.vscode (``src/llama-server.ts``) send and read;
@@ -21,6 +22,9 @@ MAX_EXTRA_CHUNKS = 64  # input_extra entries read; later ones are left out
 MAX_TEXT_CHARS = MAX_DOCUMENT_CHARS  # prefix, suffix or prompt: larger is refused, as a document
 MAX_STOP_WORDS = 16
 MAX_STOP_WORD_CHARS = 256
+MAX_MESSAGES = 256  # a chat's messages read; more is refused
+CHAT_ROLES = ("system", "user", "assistant")
+MAX_TOKEN_IDS = 1 << 20  # ids one /detokenize may name
 
 
 class BadRequest(ValueError):
@@ -35,7 +39,7 @@ class BadRequest(ValueError):
 class Ask:
     """What one HTTP request asks, whichever endpoint it came through."""
 
-    endpoint: str  # "infill" | "completion" | "v1/completions"
+    endpoint: str  # "infill" | "completion" | "v1/completions" | "v1/chat/completions"
     prefix: str = ""  # a completion at a cursor: the text before it ...
     suffix: str = ""  # ... and after it
     prompt: str | None = None  # else a prompt the client built, continued as it is
@@ -51,6 +55,17 @@ class Ask:
     prepare_only: bool = False  # n_predict 0: compute the prompt ahead, answer nothing
     language: str = ""  # codespec's own fields: the current file's languageId ...
     path: str = ""  # ... and its name (llama's clients send neither)
+    messages: tuple[tuple[str, str], ...] = ()  # a chat's (role, content), before its prompt
+    include_usage: bool = False  # OpenAI's stream_options: a last chunk with the usage
+
+    @property
+    def openai(self) -> bool:
+        """Answered in OpenAI's shapes (else llama-server's)."""
+        return self.endpoint.startswith("v1/")
+
+    @property
+    def chat(self) -> bool:
+        return self.endpoint == "v1/chat/completions"
 
 
 @dataclass
@@ -104,16 +119,74 @@ def read_openai(body: Any) -> Ask:
     if "prompt" not in body:
         raise BadRequest("prompt is required")
     prompt = _prompt(body.get("prompt"))
-    n = body.get("n", 1)
-    if n != 1 or isinstance(n, bool):
-        raise BadRequest("n must be 1 (codespec answers one completion per request)")
     if body.get("echo") not in (None, False):
         raise BadRequest("echo is not supported")
     if body.get("best_of") not in (None, 1):
         raise BadRequest("best_of must be 1")
-    max_tokens = _predict(body, "max_tokens")
-    ask = Ask(
-        endpoint="v1/completions",
+    if body.get("logprobs") not in (None, 0):
+        raise BadRequest("logprobs is not supported (codespec reports no token probabilities)")
+    ask = _openai_limits(body, "v1/completions", prompt)
+    if body.get("suffix") is None:
+        return ask
+    language, path = _codespec_fields(body)
+    return replace(
+        ask, prompt=None, prefix=prompt, suffix=_text(body, "suffix"), language=language, path=path
+    )
+
+
+def read_chat(body: Any) -> Ask:
+    """OpenAI's ``POST /v1/chat/completions``: ``messages`` of ``system``, ``user`` and
+    ``assistant`` text, answered by the model's own chat template (``chat.py``)."""
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty array of {role, content} objects")
+    if len(messages) > MAX_MESSAGES:
+        raise BadRequest(f"messages holds at most {MAX_MESSAGES} messages", status=413)
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") not in (None, 0):
+        raise BadRequest("logprobs is not supported (codespec reports no token probabilities)")
+    if body.get("tools") or body.get("tool_choice") not in (None, "none"):
+        raise BadRequest("tools are not supported (codespec answers with text only)")
+    if body.get("response_format") not in (None, {"type": "text"}):
+        raise BadRequest("response_format is not supported (codespec answers with plain text)")
+    read = tuple(_message(i, message) for i, message in enumerate(messages))
+    if sum(len(content) for _, content in read) > MAX_TEXT_CHARS:
+        raise BadRequest(f"messages hold more than {MAX_TEXT_CHARS} characters", status=413)
+    return replace(_openai_limits(body, "v1/chat/completions", ""), messages=read)
+
+
+def _message(i: int, message: Any) -> tuple[str, str]:
+    """One chat message's (role, content); content may be OpenAI's array of text parts."""
+    if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+        raise BadRequest(f"messages[{i}] must be an object whose role is one of {CHAT_ROLES}")
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [
+            p.get("text") if isinstance(p, dict) and p.get("type") == "text" else None
+            for p in content
+        ]
+        if not all(isinstance(p, str) for p in parts):
+            raise BadRequest(f"messages[{i}].content: only text parts are supported")
+        content = "".join(parts)  # type: ignore[arg-type]  (all strings, checked above)
+    if content is None:
+        content = ""
+    if not isinstance(content, str):
+        raise BadRequest(f"messages[{i}].content must be a string or an array of text parts")
+    return message["role"], content
+
+
+def _openai_limits(body: dict, endpoint: str, prompt: str) -> Ask:
+    """The generation fields OpenAI's two endpoints share."""
+    n = body.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise BadRequest("n must be 1 (codespec answers one completion per request)")
+    key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    max_tokens = _predict(body, key)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest("stream_options must be an object")
+    return Ask(
+        endpoint=endpoint,
         prompt=prompt,
         max_tokens=max_tokens or None,
         prepare_only=max_tokens == 0,
@@ -121,13 +194,30 @@ def read_openai(body: Any) -> Ask:
         temperature=_temperature(body),
         seed=_seed(body),
         stream=_flag(body, "stream"),
+        include_usage=_flag(options or {}, "include_usage"),
     )
-    if body.get("suffix") is None:
-        return ask
-    language, path = _codespec_fields(body)
-    return replace(
-        ask, prompt=None, prefix=prompt, suffix=_text(body, "suffix"), language=language, path=path
+
+
+def read_tokenize(body: Any) -> tuple[str, bool, bool, bool]:
+    """llama-server's ``POST /tokenize``: (content, add_special, parse_special, with_pieces)."""
+    body = _object(body)
+    return (
+        _text(body, "content"),
+        _flag(body, "add_special"),
+        _flag(body, "parse_special", True),
+        _flag(body, "with_pieces"),
     )
+
+
+def read_detokenize(body: Any, vocabulary: int) -> list[int]:
+    """llama-server's ``POST /detokenize``: ``tokens``, ids of this model's vocabulary."""
+    tokens = _object(body).get("tokens", [])
+    if not isinstance(tokens, list) or len(tokens) > MAX_TOKEN_IDS:
+        raise BadRequest(f"tokens must be an array of at most {MAX_TOKEN_IDS} token ids")
+    for i, token in enumerate(tokens):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocabulary:
+            raise BadRequest(f"tokens[{i}] must be a token id from 0 to {vocabulary - 1}")
+    return tokens
 
 
 def _object(body: Any) -> dict:
@@ -183,6 +273,8 @@ def _extra(value: Any) -> tuple[tuple[str, str], ...]:
 
 def _llama_limits(body: dict, endpoint: str) -> Ask:
     """The generation fields ``/infill`` and ``/completion`` share."""
+    if body.get("n_probs") not in (None, 0):
+        raise BadRequest("n_probs is not supported (codespec reports no token probabilities)")
     n_predict = _predict(body, "n_predict")
     return Ask(
         endpoint=endpoint,
@@ -260,10 +352,10 @@ def _seed(body: dict) -> int | None:
     return value % (1 << 32)
 
 
-def _flag(body: dict, key: str) -> bool:
-    value = body.get(key, False)
+def _flag(body: dict, key: str, default: bool = False) -> bool:
+    value = body.get(key, default)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise BadRequest(f"{key} must be true or false")
     return value
@@ -359,37 +451,65 @@ def project(whole: dict, fields: tuple[str, ...]) -> dict:
     return out
 
 
-def openai_answer(answer: Answer, request_id: str) -> dict:
-    """OpenAI's ``text_completion`` object."""
+def openai_answer(answer: Answer, request_id: str, chat: bool = False) -> dict:
+    """OpenAI's ``text_completion`` object, or with ``chat`` its ``chat.completion``."""
+    choice: dict[str, Any] = {"index": 0, "logprobs": None}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": answer.text}
+    else:
+        choice["text"] = answer.text
+    choice["finish_reason"] = finish_reason(answer.stop_type)
     return {
         "id": request_id,
-        "object": "text_completion",
+        "object": "chat.completion" if chat else "text_completion",
         "created": answer.created,
         "model": answer.model,
-        "choices": [
-            {
-                "text": answer.text,
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": finish_reason(answer.stop_type),
-            }
-        ],
-        "usage": {
-            "prompt_tokens": answer.prompt_tokens,
-            "completion_tokens": answer.predicted_tokens,
-            "total_tokens": answer.prompt_tokens + answer.predicted_tokens,
-        },
+        "choices": [choice],
+        "usage": usage(answer),
     }
 
 
-def openai_chunk(text: str, request_id: str, model: str, created: int) -> dict:
-    """One streamed piece of ``/v1/completions``."""
+def usage(answer: Answer) -> dict:
+    return {
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.predicted_tokens,
+        "total_tokens": answer.prompt_tokens + answer.predicted_tokens,
+    }
+
+
+def openai_chunk(
+    text: str,
+    request_id: str,
+    model: str,
+    created: int,
+    chat: bool = False,
+    finish: str | None = None,
+) -> dict:
+    """One streamed piece of ``/v1/completions`` (or, with ``chat``, of
+    ``/v1/chat/completions``: its text as a ``delta``)."""
+    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+    if chat:
+        choice["delta"] = {"content": text} if text or finish is None else {}
+    else:
+        choice["text"] = text
     return {
         "id": request_id,
-        "object": "text_completion",
+        "object": "chat.completion.chunk" if chat else "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
+        "choices": [choice],
+    }
+
+
+def usage_chunk(answer: Answer, request_id: str, chat: bool = False) -> dict:
+    """OpenAI's last chunk when ``stream_options.include_usage`` asks: no choices, the usage."""
+    return {
+        "id": request_id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [],
+        "usage": usage(answer),
     }
 
 
