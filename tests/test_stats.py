@@ -705,19 +705,25 @@ def test_a_store_of_schema_1_is_brought_up_with_its_rows_kept(tmp_path):
     assert report["total"]["workspace"]["proposed"] == 0
 
 
-@pytest.mark.parametrize("column", ["first_ms", "total_ms", "decode_s", "tokens", "t"])
-def test_a_row_with_text_in_a_number_column_breaks_no_report(tmp_path, column):
-    """SQLite keeps whatever a row was given: one row with text where a number belongs is read
-    as missing, and every form of the report still works (terminal, JSON, HTML, by kind)."""
+def a_store_with_one_bad_row(tmp_path: Path, column: str, value: str) -> Path:
+    """A store of two rows, the second's ``column`` set to the SQL ``value`` by hand."""
     path = tmp_path / "s.sqlite3"
     store = Store(path)
     store.put_request(row("good", "python"))
     store.put_request(row("bad", "python"))
     store.close()
     conn = sqlite3.connect(path)
-    conn.execute(f"UPDATE requests SET {column} = 'not a number' WHERE id = 'bad'")
+    conn.execute(f"UPDATE requests SET {column} = {value} WHERE id = 'bad'")
     conn.commit()
     conn.close()
+    return path
+
+
+@pytest.mark.parametrize("column", ["first_ms", "total_ms", "decode_s", "tokens", "t"])
+def test_a_row_with_text_in_a_number_column_breaks_no_report(tmp_path, column):
+    """SQLite keeps whatever a row was given: one row with text where a number belongs is read
+    as missing, and every form of the report still works (terminal, JSON, HTML, by kind)."""
+    path = a_store_with_one_bad_row(tmp_path, column, "'not a number'")
     for args in (
         [],
         ["--json"],
@@ -735,15 +741,7 @@ def test_a_row_with_text_in_a_number_column_breaks_no_report(tmp_path, column):
 def test_a_time_no_calendar_names_breaks_no_report(tmp_path, when):
     """A number in the time column that no day can name (SQLite's strftime gives NULL, Python's
     localtime raises) is the day "unknown" in every form of the report, SQL and rows alike."""
-    path = tmp_path / "s.sqlite3"
-    store = Store(path)
-    store.put_request(row("good", "python"))
-    store.put_request(row("bad", "python"))
-    store.close()
-    conn = sqlite3.connect(path)
-    conn.execute(f"UPDATE requests SET t = {when} WHERE id = 'bad'")
-    conn.commit()
-    conn.close()
+    path = a_store_with_one_bad_row(tmp_path, "t", when)
     for args in (["--by", "day"], ["--by", "day", "--html", str(tmp_path / "r.html")]):
         result = stats_cli("--db", str(path), *args)
         assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
