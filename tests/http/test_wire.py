@@ -199,3 +199,23 @@ def test_in_a_document_that_parsed_a_stream_sends_only_lines_it_parses_with():
     assert streamable("x = g(1)\ny = g(", at_cursor, None, parses) == "x = g(1)"
     assert streamable("x = g(1", at_cursor, None, parses) == ""  # one line: not before its end
     assert streamable("a   \nb = g(2)\nc", at_cursor, None, parses) == "a\nb = g(2)"
+
+
+def test_a_chat_is_read_with_text_parts_and_refused_otherwise():
+    from codespec.server.http.wire import read_chat
+
+    parts = [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]
+    ask = read_chat({"messages": [{"role": "user", "content": parts}], "stream": True})
+    assert ask.messages == (("user", "Hello, world"),) and ask.chat and ask.openai
+    assert ask.max_tokens is None and ask.stream and not ask.include_usage
+    for body in (
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        {"messages": [{"role": "tool", "content": "x"}]},
+        {"messages": [{"role": "user", "content": 5}]},
+        {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+        {"messages": [{"role": "user", "content": "x"}], "stream_options": "yes"},
+        {"messages": "hello"},
+    ):
+        with pytest.raises(BadRequest) as refused:
+            read_chat(body)
+        assert "\n" not in str(refused.value)

@@ -161,13 +161,10 @@ def _message(i: int, message: Any) -> tuple[str, str]:
         raise BadRequest(f"messages[{i}] must be an object whose role is one of {CHAT_ROLES}")
     content = message.get("content")
     if isinstance(content, list):
-        parts = [
-            p.get("text") if isinstance(p, dict) and p.get("type") == "text" else None
-            for p in content
-        ]
-        if not all(isinstance(p, str) for p in parts):
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if len(texts) != len(content) or not all(isinstance(t, str) for t in texts):
             raise BadRequest(f"messages[{i}].content: only text parts are supported")
-        content = "".join(parts)  # type: ignore[arg-type]  (all strings, checked above)
+        content = "".join(str(t) for t in texts)
     if content is None:
         content = ""
     if not isinstance(content, str):
