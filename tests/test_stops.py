@@ -170,6 +170,18 @@ class CharTokenizer:
     def decode(self, ids):
         return "".join(chr(i) for i in ids)
 
+    def __call__(
+        self,
+        text,
+        add_special_tokens=False,
+        return_offsets_mapping=False,
+        split_special_tokens=False,
+    ):
+        return {
+            "input_ids": [ord(c) for c in text],
+            "offset_mapping": [(i, i + 1) for i in range(len(text))],
+        }
+
 
 def test_text_stop_rule_maps_the_cut_to_tokens():
     cursor = Cursor("x = ", "\ny = 2\n", language_for("python"))
@@ -188,7 +200,6 @@ def test_typing_at_an_anchored_cursor_only_extends_the_prompt():
 
     anchor = Anchor("x = ", "\ny = 2\n", [1, 2, 3])
     tok = CharTokenizer()
-    tok.encode = lambda text, add_special_tokens=False: [ord(c) for c in text]
     assert extend_anchor(tok, anchor, "x = ab", "\ny = 2\n") == [1, 2, 3, ord("a"), ord("b")]
     assert extend_anchor(tok, anchor, "x = ", "\ny = 2\n") == [1, 2, 3]
     assert extend_anchor(tok, anchor, "x = a", "\ny = 3\n") is None  # the suffix changed
@@ -208,7 +219,13 @@ def test_multiline_policy_over_the_syntax_decision():
 class WordTokenizer:
     """One token per character with offsets, like a fast HF tokenizer's call."""
 
-    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+    def __call__(
+        self,
+        text,
+        add_special_tokens=False,
+        return_offsets_mapping=False,
+        split_special_tokens=False,
+    ):
         return {
             "input_ids": list(range(len(text))),
             "offset_mapping": [(i, i + 1) for i in range(len(text))],

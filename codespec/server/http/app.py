@@ -161,30 +161,34 @@ def build_app(front: Front, admission: Admission) -> Starlette:
 
     async def tokenize(request: Request) -> Response:
         """llama-server's: the content's token ids (special tokens parsed unless
-        ``parse_special`` is false), or with ``with_pieces`` each id with its text."""
+        ``parse_special`` is false), or with ``with_pieces`` each id with its text. Off the
+        event loop: megabytes of text take a while, and the loop serves every session."""
         content, add_special, parse_special, with_pieces = wire.read_tokenize(
             await json_body(request)
         )
         vocabulary = tokenizer()
-        ids = (
-            vocabulary.encode(content, add_special_tokens=add_special)
-            if parse_special
-            else plain_ids(vocabulary, content)
-        )
-        if not with_pieces:
-            return JSONResponse({"tokens": ids})
-        pieces = [{"id": i, "piece": vocabulary.decode([i])} for i in ids]
-        return JSONResponse({"tokens": pieces})
+
+        def ids_and_pieces() -> list:
+            if parse_special:
+                ids = vocabulary.encode(content, add_special_tokens=add_special)
+            else:
+                ids = plain_ids(vocabulary, content)
+            if not with_pieces:
+                return ids
+            return [{"id": i, "piece": vocabulary.decode([i])} for i in ids]
+
+        return JSONResponse({"tokens": await asyncio.to_thread(ids_and_pieces)})
 
     async def detokenize(request: Request) -> Response:
         vocabulary = tokenizer()
         size = vocabulary.vocab_size + len(vocabulary.get_added_vocab())
         ids = wire.read_detokenize(await json_body(request), size)
-        return JSONResponse({"content": vocabulary.decode(ids)})
+        return JSONResponse({"content": await asyncio.to_thread(vocabulary.decode, ids)})
 
     def completion_endpoint(read: Callable[[Any], Ask]) -> Callable:
         async def handle(request: Request) -> Response:
-            ask = front.resolve(read(await json_body(request)))
+            # (off the loop: a chat's template renders megabytes of messages)
+            ask = await asyncio.to_thread(front.resolve, read(await json_body(request)))
             client = client_name(request.headers.get("user-agent"), ask.endpoint)
             if ask.prepare_only:
                 front.prepare(ask, client)
