@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,8 @@ from .models import (
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    import argparse
+
     from .ggml.backend import GgmlModel
     from .ggml.trimmed_vocab import VocabularyMap
     from .models.manifests import ModelSource
@@ -123,6 +125,36 @@ def _draft_skipped(verdict: Path | None, use_draft: bool, draft_mode: str) -> st
 
 
 BACKENDS = ("auto", "ggml", "torch")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a pair, as the model flags say (``cli/common.add_model_options``): read from
+    the command line once (``from_args``), so no command copies the flags by hand."""
+
+    device: str | None = None
+    draft_mode: str = "auto"
+    quantize: str | None = None
+    backend: str | None = None
+    exact: bool = False
+    draft_vocab: str = "code"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LoadOptions:
+        return cls(
+            device=args.device,
+            draft_mode=args.draft,
+            quantize=args.quantize,
+            backend=args.backend,
+            exact=args.exact,
+            draft_vocab=args.draft_vocab,
+        )
+
+    def load(
+        self, pair: str | PairManifest, progress: Progress, use_draft: bool = True
+    ) -> LoadedPair:
+        """``load_pair`` with these options."""
+        return load_pair(pair, use_draft=use_draft, progress=progress, **asdict(self))
 
 
 def load_pair(

@@ -200,3 +200,51 @@ def test_without_a_runtime_dir_commands_say_nothing_of_it(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr and "platformdirs" not in done.stderr, done.stderr
     assert done.stderr.count("\n") <= 1  # (the one line it does say: no stats yet)
+
+
+class Loaded(Exception):
+    """Raised by a stand-in for ``load_pair``: what it was asked to load, and how."""
+
+    def __init__(self, kwargs: dict) -> None:
+        super().__init__("loaded")
+        self.kwargs = kwargs
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["complete", "{sample}:1:1"],
+        ["serve"],
+        ["bench"],
+        ["bench", "--repo"],
+        ["bench", "--edits"],
+    ],
+)
+def test_every_command_reads_the_model_flags_the_same_way(sample, command):
+    """The model flags are read once into ``LoadOptions`` (a copy that forgot one flag made
+    ``bench --repo`` ignore ``--draft-vocab``)."""
+    from codespec.cli import build_parser
+    from codespec.runtime import LoadOptions
+
+    flags = ["--draft-vocab", "full", "--exact", "--backend", "torch", "--device", "cpu"]
+    args = build_parser().parse_args([a.format(sample=sample) for a in command] + flags)
+    options = LoadOptions.from_args(args)
+    assert options == LoadOptions(device="cpu", backend="torch", exact=True, draft_vocab="full")
+
+
+def test_bench_repo_loads_with_the_draft_vocabulary_asked_for(tmp_path, monkeypatch):
+    from codespec import runtime
+    from codespec.bench.main import run
+    from codespec.cli import build_parser
+
+    def stand_in(pair, **kwargs):
+        raise Loaded(kwargs)
+
+    monkeypatch.setattr(runtime, "load_pair", stand_in)
+    args = build_parser().parse_args(
+        ["bench", "--repo", "--draft-vocab", "full", "--corpus-dir", str(tmp_path),
+         "--docs", str(tmp_path / "docs.md")]
+    )  # fmt: skip
+    with pytest.raises(Loaded) as loaded:
+        run(args, log=lambda _: None)
+    assert loaded.value.kwargs["draft_vocab"] == "full"

@@ -132,7 +132,7 @@ def holes_from(
 
 def run(args: argparse.Namespace, log=print) -> dict:
     """The whole benchmark; returns the report written to ``--json``."""
-    from ..runtime import load_pair
+    from ..runtime import LoadOptions
 
     languages, kinds, per_kind, max_tokens = choose(args)
     server = None
@@ -168,15 +168,8 @@ def run(args: argparse.Namespace, log=print) -> dict:
     log(f"{len(holes)} holes in {len({h.language for h in holes})} languages; loading the pair")
 
     t0 = time.perf_counter()
-    pair = load_pair(
-        pair_named(args.pair, args.model, draft=args.draft_model),
-        device=args.device,
-        draft_mode=args.draft,
-        progress=log,
-        quantize=args.quantize,
-        backend=args.backend,
-        exact=args.exact,
-        draft_vocab=args.draft_vocab,
+    pair = LoadOptions.from_args(args).load(
+        pair_named(args.pair, args.model, draft=args.draft_model), log
     )
     load_s = time.perf_counter() - t0
     memory_after_load = peak_memory_mb()
@@ -256,18 +249,12 @@ def rows_text(calibration: Calibration) -> str:
 
 def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: int, log) -> dict:
     """``--repo``: repository holes, in-file context against workspace context (``repo.py``)."""
-    from ..runtime import load_pair
+    from ..runtime import LoadOptions
     from .repo import run_repo
 
     present = sources.packages(corpus_dir, set(languages))
-    pair = load_pair(
-        pair_named(args.pair, args.model, draft=args.draft_model),
-        device=args.device,
-        draft_mode=args.draft,
-        progress=log,
-        quantize=args.quantize,
-        backend=args.backend,
-        exact=args.exact,
+    pair = LoadOptions.from_args(args).load(
+        pair_named(args.pair, args.model, draft=args.draft_model), log
     )
     settings = bench_settings(max_tokens)
     if args.prompt_seconds is not None:
@@ -294,7 +281,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
 
 def run_edits_mode(args, corpus_dir: Path, per_kind: int, log) -> dict:
     """``--edits``: next-edit cases cut from the corpus (``edits.py``)."""
-    from ..runtime import load_pair
+    from ..runtime import LoadOptions
     from .edit_cases import DEFAULT_LANGUAGES, cut
     from .edits import run_edits
 
@@ -308,15 +295,8 @@ def run_edits_mode(args, corpus_dir: Path, per_kind: int, log) -> dict:
     if not cases:
         raise BenchError("no next-edit cases: no sources for the chosen languages")
     log(f"{len(cases)} next-edit cases in {len({c.language for c in cases})} languages")
-    pair = load_pair(
-        pair_named(args.pair, args.model, draft=args.draft_model),
-        device=args.device,
-        draft_mode="off",
-        progress=log,
-        quantize=args.quantize,
-        backend=args.backend,
-        exact=args.exact,
-    )
+    options = replace(LoadOptions.from_args(args), draft_mode="off")  # (edits draft no tokens)
+    pair = options.load(pair_named(args.pair, args.model, draft=args.draft_model), log)
     try:
         result = run_edits(pair, cases, log)
     except ValueError as exc:

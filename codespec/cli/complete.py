@@ -57,20 +57,11 @@ def run(args: argparse.Namespace) -> int:
 
     from ..completion import complete
     from ..languages import language_for
-    from ..runtime import load_pair
+    from ..runtime import LoadOptions
     from ..settings import Settings, completion_options
     from ..stops import Cursor, Mode
 
-    pair = load_pair(
-        pair_of(args),
-        device=args.device,
-        draft_mode=args.draft,
-        progress=note,
-        quantize=args.quantize,
-        backend=args.backend,
-        exact=args.exact,
-        draft_vocab=args.draft_vocab,
-    )
+    pair = LoadOptions.from_args(args).load(pair_of(args), note)
     windows = {"prefix_tokens": args.prefix_tokens, "suffix_tokens": args.suffix_tokens}
     settings = Settings(
         max_tokens=args.max_tokens,

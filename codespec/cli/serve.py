@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         lock = claim(socket_path)
         if lock is None:
             return 1
-    from ..runtime import load_pair  # (the model's stack: only once the socket is ours)
+    from ..runtime import LoadOptions  # (the model's stack: only once the socket is ours)
     from ..server.daemon import Daemon, run_daemon
 
     store = None
@@ -200,16 +200,7 @@ def run(args: argparse.Namespace) -> int:
     else:
 
         def load():
-            return load_pair(
-                model,
-                device=args.device,
-                draft_mode=args.draft,
-                progress=note,
-                quantize=args.quantize,
-                backend=args.backend,
-                exact=args.exact,
-                draft_vocab=args.draft_vocab,
-            )
+            return LoadOptions.from_args(args).load(model, note)
 
     next_edit_model = next_edit_model_of(args)
     if next_edit_model is not None:
@@ -217,9 +208,8 @@ def run(args: argparse.Namespace) -> int:
 
         def load():
             pair = load_completions()
-            pair.next_edit = load_pair(
-                next_edit_model, use_draft=False, draft_mode="off", progress=note, exact=args.exact
-            )
+            alone = LoadOptions(draft_mode="off", exact=args.exact)  # (its own pair: no draft)
+            pair.next_edit = alone.load(next_edit_model, note, use_draft=False)
             note(f"next edits run on {pair.next_edit.model_label}")
             return pair
 
