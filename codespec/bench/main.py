@@ -38,9 +38,6 @@ class BenchError(Exception):
 
 
 def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
-    seconds = getattr(args, "prompt_seconds", None)
-    if seconds is not None and not 0 <= seconds <= 600:
-        raise BenchError("--prompt-seconds must be between 0 and 600")
     if args.quick:
         return (
             list(QUICK_LANGUAGES),
@@ -56,9 +53,6 @@ def choose(args: argparse.Namespace) -> tuple[list[str], list[str], int, int]:
     for kind in kinds:
         if kind not in corpus.KINDS:
             raise BenchError(f"unknown hole kind {kind!r} (known: {', '.join(corpus.KINDS)})")
-    if args.per_kind < 1 or args.max_tokens < 1:
-        raise BenchError("--per-kind and --max-tokens must be at least 1")
-
     return languages, kinds, args.per_kind, args.max_tokens
 
 

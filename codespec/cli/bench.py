@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import Subparsers, add_model_options, path_text
+from .common import Subparsers, add_model_options, number_in, path_text, setting_value
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -12,11 +12,21 @@ def add_parser(sub: Subparsers) -> None:
     b.add_argument("--quick", action="store_true", help="a small fixed subset (minutes, for CI)")
     b.add_argument("--languages", default=None, help="comma-separated (default: all)")
     b.add_argument("--kinds", default=None, help="comma-separated of line,block,function,copy")
-    b.add_argument("--per-kind", type=int, default=2, help="holes per language and kind")
-    b.add_argument("--max-tokens", type=int, default=48, help="new tokens per completion at most")
+    b.add_argument(
+        "--per-kind",
+        type=number_in(int, 1, 10000),
+        default=2,
+        help="holes per language and kind",
+    )
+    b.add_argument(
+        "--max-tokens",
+        type=setting_value("max_tokens"),
+        default=48,
+        help="new tokens per completion at most",
+    )
     b.add_argument(
         "--prompt-seconds",
-        type=float,
+        type=number_in(float, 0, 600),
         default=None,
         help="size prompt windows to a cold prefill of this long, as the daemon does "
         "(default: the daemon's 2.5 s); 0: fixed 1024 / 256 token windows",
@@ -49,7 +59,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     b.add_argument(
         "--repo-lines",
-        type=int,
+        type=number_in(int, 1, 40),
         default=1,
         metavar="N",
         help="with --repo: each hole is the rest of its line and the N-1 lines after it",
@@ -73,7 +83,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     b.add_argument(
         "--background-load",
-        type=int,
+        type=number_in(int, 0, 64),
         default=0,
         metavar="N",
         help="run N CPU-bound processes beside the measurement (a busy machine)",
@@ -95,7 +105,10 @@ def add_parser(sub: Subparsers) -> None:
         help="prompt window limits in tokens (default 1024,256, the daemon's)",
     )
     b.add_argument(
-        "--peer-holes", type=int, default=None, help="run the peer on N holes, spread out"
+        "--peer-holes",
+        type=number_in(int, 1, 100000),
+        default=None,
+        help="run the peer on N holes, spread out",
     )
     add_model_options(b)
 

@@ -6,6 +6,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -96,7 +97,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="ggml: the draft predicts only the tokens code uses most (code, default: a cheaper "
         "step; the target still verifies every token) or its whole vocabulary (full)",
     )
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if any)")
+    p.add_argument(
+        "--device",
+        type=device_name,
+        default=None,
+        help="cpu, cuda, cuda:1 ... (default: cuda if any)",
+    )
     p.add_argument(
         "--quantize",
         choices=["auto", "off", "int4", "int8", "w8a8"],
@@ -149,10 +155,42 @@ def note(message: str) -> None:
     print(f"codespec: {message}", file=sys.stderr, flush=True)
 
 
-def in_range(args: argparse.Namespace, name: str, low: float, high: float) -> None:
-    value = getattr(args, name, None)
-    if value is None:
-        return
-    if not (math.isfinite(value) and low <= value <= high):  # nan fails isfinite
-        flag = "--" + name.replace("_", "-")
-        raise UsageError(f"{flag} must be from {low:g} to {high:g}, not {value}")
+def number_in(kind: type[int] | type[float], low: float, high: float) -> Callable[[str], Any]:
+    """argparse's ``type=`` for a number flag: its range stated beside the flag that has it,
+    checked as the flag is read (argparse names the flag in its one-line error)."""
+    what = "a whole number" if kind is int else "a number"
+
+    def read(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):  # (nan fails isfinite)
+            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g}, not {text}")
+        return value
+
+    return read
+
+
+def setting_value(name: str) -> Callable[[str], int]:
+    """argparse's ``type=`` for a flag that sets a setting: the setting's own limits
+    (``server/config.py``), read only when the flag is given (the relay stays light)."""
+
+    def read(text: str) -> int:
+        from ..server import config
+
+        try:
+            return config.check(name, int(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return read
+
+
+DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]{1,3})?")
+
+
+def device_name(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, not {text!r}")
+    return text

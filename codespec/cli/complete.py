@@ -8,7 +8,16 @@ import sys
 from typing import Any
 
 from ..files import MAX_DOCUMENT_BYTES, FileError, read_text
-from .common import Subparsers, UsageError, add_model_options, note, pair_of, parse_location
+from .common import (
+    Subparsers,
+    UsageError,
+    add_model_options,
+    note,
+    number_in,
+    pair_of,
+    parse_location,
+    setting_value,
+)
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -16,8 +25,8 @@ def add_parser(sub: Subparsers) -> None:
     c.add_argument("location", help="PATH:LINE:COL, 1-based; COL counts characters")
     c.add_argument("--json", action="store_true", help="print one JSON object instead")
     c.add_argument("--no-spec", action="store_true", help="plain decoding (no speculation)")
-    c.add_argument("--max-tokens", type=int, default=128)
-    c.add_argument("--temperature", type=float, default=0.0)
+    c.add_argument("--max-tokens", type=setting_value("max_tokens"), default=128)
+    c.add_argument("--temperature", type=number_in(float, 0, 10), default=0.0)
     c.add_argument("--seed", type=int, default=None)
     c.add_argument(
         "--draft",
@@ -37,8 +46,9 @@ def add_parser(sub: Subparsers) -> None:
         help="no syntax-aware stop rules: stop only at end-of-text or --max-tokens",
     )
     c.add_argument("--language", default=None, help="language id (default: from the extension)")
-    c.add_argument("--prefix-tokens", type=int, default=None, help="(default: the setting's)")
-    c.add_argument("--suffix-tokens", type=int, default=None, help="(default: the setting's)")
+    for flag in ("--prefix-tokens", "--suffix-tokens"):
+        read = setting_value(flag.removeprefix("--").replace("-", "_"))
+        c.add_argument(flag, type=read, default=None, help="(default: the setting's)")
     add_model_options(c)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import Subparsers, UsageError, path_text
+from .common import Subparsers, UsageError, number_in, path_text
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -14,7 +14,7 @@ def add_parser(sub: Subparsers) -> None:
     lsp.add_argument("--socket", type=path_text, default=None)
     lsp.add_argument(
         "--tcp",
-        type=int,
+        type=number_in(int, 1, 65535),
         default=None,
         metavar="PORT",
         help="connect to a daemon on 127.0.0.1:PORT instead of the socket",
@@ -24,7 +24,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     lsp.add_argument(
         "--reply-deadline",
-        type=float,
+        type=number_in(float, 0.001, 86400),
         default=None,
         metavar="S",
         help="answer a request the daemon leaves unanswered this long with an error (default: 300)",
@@ -36,8 +36,6 @@ def run(args: argparse.Namespace) -> int:
     from ..server.relay import REPLY_DEADLINE_S, Relay, connect, connect_or_start
 
     deadline = REPLY_DEADLINE_S if args.reply_deadline is None else args.reply_deadline
-    if not 0 < deadline <= 86400:  # (nan and inf fail this too)
-        raise UsageError(f"--reply-deadline must be between 0 and 86400 seconds, not {deadline}")
 
     if args.tcp is not None:
         address = ("127.0.0.1", args.tcp)

@@ -12,8 +12,10 @@ from .common import (
     add_model_options,
     model_choice,
     note,
+    number_in,
     pair_of,
     path_text,
+    setting_value,
 )
 
 
@@ -43,7 +45,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     s.add_argument(
         "--tcp",
-        type=int,
+        type=number_in(int, 1, 65535),
         default=None,
         metavar="PORT",
         help="also listen on TCP (127.0.0.1; clients must send the token)",
@@ -72,7 +74,7 @@ def add_parser(sub: Subparsers) -> None:
     s.add_argument(
         "--config", type=path_text, default=None, help="settings TOML (default: user config dir)"
     )
-    s.add_argument("--max-tokens", type=int, default=None)
+    s.add_argument("--max-tokens", type=setting_value("max_tokens"), default=None)
     s.add_argument("--no-status", action="store_true", help="no live status line")
     s.add_argument(
         "--stats-db",
@@ -84,7 +86,7 @@ def add_parser(sub: Subparsers) -> None:
     s.add_argument("--no-stats", action="store_true", help="record no acceptance stats")
     s.add_argument(
         "--stats-retention-days",
-        type=float,
+        type=number_in(float, 0.01, 36500),
         default=90,
         metavar="DAYS",
         help="delete stats rows older than this (default 90)",
@@ -115,8 +117,12 @@ def add_parser(sub: Subparsers) -> None:
     )
     # a model switch hands the listening socket and its lock to the new program (switching.py)
     s.add_argument("--listening-fds", default=None, help=argparse.SUPPRESS)
-    s.add_argument("--test-pass-delay", type=float, default=0.0, help=argparse.SUPPRESS)
-    s.add_argument("--test-load-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    s.add_argument(
+        "--test-pass-delay", type=number_in(float, 0, 60), default=0.0, help=argparse.SUPPRESS
+    )
+    s.add_argument(
+        "--test-load-delay", type=number_in(float, 0, 3600), default=0.0, help=argparse.SUPPRESS
+    )
     s.add_argument("--test-stats-max-pages", type=int, default=None, help=argparse.SUPPRESS)
     add_model_options(s)
 

@@ -147,7 +147,8 @@ def test_the_relay_starts_without_the_models_stack():
     checks (which read the settings' limits) included."""
     code = (
         "import sys, codespec.cli, codespec.server.relay, codespec.server.endpoint;"
-        "codespec.cli.check_flags(codespec.cli.build_parser().parse_args(['lsp']));"
+        "codespec.cli.build_parser().parse_args(['lsp', '--tcp', '7', '--reply-deadline', '9']);"
+        "codespec.cli.build_parser().parse_args(['complete', 'a.py:1:1', '--max-tokens', '9']);"
         "print(sorted(m for m in ('torch', 'transformers', 'tree_sitter') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
