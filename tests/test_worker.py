@@ -294,8 +294,14 @@ def test_a_request_stops_a_look_ahead_between_layers(slow_w8a8_pair, ahead_worke
 
 
 def test_no_look_ahead_when_it_is_off(slow_w8a8_pair, ahead_worker):
+    """Off, nothing is looked ahead; then, on this very worker, the same request with the
+    look-ahead on is (so the count read below is one that moves)."""
     pair, ran = slow_w8a8_pair
+    before = ahead_worker.stats.looked_ahead
     job = Job(**place("file:///n.py", BODY, 60, anchors={}))  # look_ahead_keys=0
     assert ahead_worker.submit(job).result(timeout=60) is not None
     time.sleep(1.0)
-    assert ahead_worker.stats.looked_ahead == 0 and not pair.engine.target.looking_ahead
+    assert ahead_worker.stats.looked_ahead == before and not pair.engine.target.looking_ahead
+    on = Job(**place("file:///n2.py", BODY, 60, anchors={}, options=AHEAD))
+    assert ahead_worker.submit(on).result(timeout=60) is not None
+    wait_for(lambda: ahead_worker.stats.looked_ahead == before + 1)

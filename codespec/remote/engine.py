@@ -38,7 +38,6 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import httpx
@@ -54,13 +53,9 @@ from .secrets import shown
 from .speculation import RemoteSpeculation
 from .sse import StreamFault
 from .stream import stream_completion
+from .watch import Watch
 
 POLL_S = 0.01  # how often a waiting request looks at its stop signal
-PROBE_EVERY_S = 2.0  # while a URL is down, how often it is asked whether it is back
-WATCH_EVERY_S = 0.5  # how often the loop looks for silent URLs
-# A URL asked and silent this long (or the first-token timeout, if shorter) is probed: gone or
-# busy. A probe is one small GET; probing early tells "gone" well before the timeouts would.
-SILENCE_PROBE_S = 3.0
 # Prompt tokens per second assumed of a server not yet measured: a small model's prefill on
 # two CPU cores (``docs/remote.md``, "A team server on a CPU"). A fast server's first answer
 # replaces it.
@@ -102,7 +97,8 @@ class RemoteEngine:
         )
         self.thread.start()
         self.client: httpx.AsyncClient = self._on_loop(self._make_client())
-        self.watch = asyncio.run_coroutine_threadsafe(self._watch_forever(), self.loop)
+        watch = Watch(self.health, self.client, config, self.headers)
+        self.watch = asyncio.run_coroutine_threadsafe(watch.forever(), self.loop)
 
     @property
     def prefill_rate(self) -> float:
@@ -360,68 +356,3 @@ class RemoteEngine:
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             trust_env=False,  # no proxy from the environment: the config says where code goes
         )
-
-    async def _watch_forever(self) -> None:
-        """While a URL is down, ask it now and then whether it is back, so the editors' status
-        recovers without a request having to fail first; and ask each URL that has gone
-        silent whether it is there at all (``health.py``). Each question is a task of its
-        own: a server that never answers holds up no other."""
-        patience = min(self.config.first_token_timeout_s, SILENCE_PROBE_S)
-        asking: dict[str, asyncio.Task] = {}  # (held here: the loop keeps only weak references)
-
-        async def whether_back(url: str, stuck: bool) -> None:
-            # serving: it lists its models; a stuck one did that all along, so it is asked for
-            # a completion of one token
-            serving = await self._completes(url) if stuck else await self._answer(url, "/v1/models")
-            if serving == 200:
-                self.health.succeeded(url)
-
-        async def whether_there(url: str) -> None:
-            # Any answer will do, even a 404: llama-cpp-python's server lists its models only
-            # between two completions, but its HTTP front answers while the model computes.
-            if await self._answer(url, "/health") is None:
-                why = f"no text in {patience:.0f} s, and no answer to a probe"
-                self.health.failed(url, why, hangs=True)
-            else:
-                self.health.answered_while_silent(url, patience, self.config.first_token_timeout_s)
-
-        ticks = 0
-        while True:
-            await asyncio.sleep(WATCH_EVERY_S)
-            ticks += 1
-            due = [(url, partial(whether_there, url)) for url in self.health.silent(patience)]
-            if ticks % round(PROBE_EVERY_S / WATCH_EVERY_S) == 0:
-                due += [
-                    (url, partial(whether_back, url, stuck))
-                    for url, stuck in self.health.due_for_probe()
-                ]
-            for url, ask in due:
-                if url not in asking or asking[url].done():  # (never asked twice at once)
-                    asking[url] = asyncio.ensure_future(ask())
-
-    async def _completes(self, url: str) -> int | None:
-        """The status of a one-token completion at ``url``, or None when nothing answers within
-        the first-token timeout."""
-        body: dict = {"prompt": "\n", "max_tokens": 1, "temperature": 0.0, "stream": False}
-        if self.config.model:
-            body["model"] = self.config.model
-        try:
-            reply = await self.client.post(
-                url + "/v1/completions",
-                json=body,
-                headers=self.headers,
-                timeout=self.config.first_token_timeout_s,
-            )
-        except httpx.HTTPError:
-            return None
-        return reply.status_code
-
-    async def _answer(self, url: str, path: str) -> int | None:
-        """The status of ``GET path`` at ``url``, or None when nothing answers in time."""
-        try:
-            reply = await self.client.get(
-                url + path, headers=self.headers, timeout=self.config.connect_timeout_s
-            )
-        except httpx.HTTPError:
-            return None
-        return reply.status_code

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from codespec.client_stops import ClientStops, EarliestCut
-from codespec.server.http import wire
-from codespec.server.http.wire import Answer, BadRequest
+from codespec.server.http import answers, wire
+from codespec.server.http.answers import Answer
+from codespec.server.http.wire import BadRequest
 
 REQUESTS = Path(__file__).parent / "requests"
 
@@ -109,26 +110,26 @@ def test_response_fields_project_paths_as_llama_server_does():
     answer = Answer("x = 1", prompt_tokens=50, cached_tokens=20, predicted_tokens=4)
     answer.prompt_ms, answer.predicted_ms = 300.0, 40.0
     fields = ("content", "timings/prompt_n", "timings/predicted_per_second", "truncated", "nope/x")
-    out = wire.llama_answer(answer, fields)
+    out = answers.llama_answer(answer, fields)
     assert out == {
         "content": "x = 1",
         "timings/prompt_n": 30,  # the prompt tokens computed, not those reused
         "timings/predicted_per_second": 100.0,
         "truncated": False,
     }
-    assert wire.llama_answer(answer, ("",)) == {}  # llama.vim's ring request asks for nothing
-    whole = wire.llama_answer(answer)
+    assert answers.llama_answer(answer, ("",)) == {}  # llama.vim's ring request asks for nothing
+    whole = answers.llama_answer(answer)
     assert whole["stop"] is True and whole["tokens_cached"] == 20 and whole["has_new_line"] is False
 
 
 def test_openai_answer_and_error_shapes():
-    out = wire.openai_answer(
+    out = answers.openai_answer(
         Answer("y", stop_type="limit", prompt_tokens=3, predicted_tokens=2), "cmpl-1"
     )
     assert out["object"] == "text_completion" and out["choices"][0]["text"] == "y"
     assert out["choices"][0]["finish_reason"] == "length"
     assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    assert wire.error_body("no", 401)["error"]["type"] == "authentication_error"
+    assert answers.error_body("no", 401)["error"]["type"] == "authentication_error"
 
 
 class Clock:

@@ -35,6 +35,16 @@ def with_definitions(counts: dict[str, int]) -> int:
     return sum(n for key, n in counts.items() if "workspace" in key.split(" ", 1)[1])
 
 
+def counted(client: RawClient, total: int, timeout: float = 10.0) -> dict[str, int]:
+    """The stats' counts once they hold ``total`` requests (a request's row lands after its
+    reply): a check that nothing changed can then fail, since the request was counted."""
+    deadline = time.monotonic() + timeout
+    while sum((now := counts(client)).values()) < total:
+        assert time.monotonic() < deadline, f"the stats never counted {total} requests: {now}"
+        time.sleep(0.1)
+    return now
+
+
 def ask(client: RawClient, uri: str, n: int) -> None:
     client.send(inline_request(f"q{n}", uri, 4, len("    return compute_total(")))
     assert "result" in client.reply_to(f"q{n}")
@@ -173,9 +183,10 @@ def test_folders_added_and_removed_later_are_followed(tmp_path):
             }
         )
 
-    before = with_definitions(counts(client))
+    first = counts(client)
+    before = with_definitions(first)
     ask(client, main.as_uri(), 0)
-    assert with_definitions(counts(client)) == before  # no folder yet
+    assert with_definitions(counted(client, sum(first.values()) + 1)) == before  # no folder yet
     folders_changed([project.as_uri(), "https://example.com/not-local"], [])
     deadline, n = time.monotonic() + 30, 0
     while with_definitions(counts(client)) == before:
@@ -184,8 +195,8 @@ def test_folders_added_and_removed_later_are_followed(tmp_path):
         time.sleep(0.2)
     folders_changed([], [project.as_uri()])
     time.sleep(0.5)  # (the stats rows of the requests before land)
-    start = with_definitions(counts(client))
+    removed = counts(client)
     for m in range(2):
         ask(client, main.as_uri(), 200 + m)
-    time.sleep(0.5)
-    assert with_definitions(counts(client)) == start
+    after = counted(client, sum(removed.values()) + 2)  # both counted, neither with definitions
+    assert with_definitions(after) == with_definitions(removed)

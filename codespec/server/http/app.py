@@ -34,7 +34,7 @@ from ...files import parse_json
 from ...tokenizer import Tokenizer, plain_ids
 from ..lifecycle import plain_strings
 from ..worker import ModelUnavailable
-from . import wire
+from . import answers, wire
 from .front import Front, client_name
 from .stream import EventStream, disconnected, request_id
 from .wire import Ask, BadRequest
@@ -108,7 +108,7 @@ class RequestLimit:
 
 
 def error(message: str, status: int) -> JSONResponse:
-    return JSONResponse(wire.error_body(message, status), status_code=status)
+    return JSONResponse(answers.error_body(message, status), status_code=status)
 
 
 def build_app(front: Front, admission: Admission) -> Starlette:
@@ -192,10 +192,10 @@ def build_app(front: Front, admission: Admission) -> Starlette:
             client = client_name(request.headers.get("user-agent"), ask.endpoint)
             if ask.prepare_only:
                 front.prepare(ask, client)
-                nothing = wire.Answer("", model=front.model_label())
+                nothing = answers.Answer("", model=front.model_label())
                 if ask.openai:
-                    return JSONResponse(wire.openai_answer(nothing, request_id(), ask.chat))
-                return JSONResponse(wire.llama_answer(nothing, ask.response_fields))
+                    return JSONResponse(answers.openai_answer(nothing, request_id(), ask.chat))
+                return JSONResponse(answers.llama_answer(nothing, ask.response_fields))
             if ask.stream:
                 return EventStream(front, ask, client)
             return await answer_whole(front, ask, client, request.receive)
@@ -282,5 +282,5 @@ async def answer_whole(front: Front, ask: Ask, client: str, receive: Receive) ->
         log.exception("an HTTP completion failed")
         return error("the completion failed (details in the daemon log)", 500)
     if ask.openai:
-        return JSONResponse(wire.openai_answer(answer, request_id(), ask.chat))
-    return JSONResponse(wire.llama_answer(answer, ask.response_fields))
+        return JSONResponse(answers.openai_answer(answer, request_id(), ask.chat))
+    return JSONResponse(answers.llama_answer(answer, ask.response_fields))

@@ -28,8 +28,9 @@ from ..config import Settings
 from ..jobs import apply_multiline_policy
 from ..places import Job, Place, WarmJob
 from ..worker import ModelUnavailable, Worker
+from .answers import Answer
 from .chat import chat_prompt
-from .wire import MAX_PREDICT, Answer, Ask, fim_parts
+from .wire import MAX_PREDICT, Ask, fim_parts
 
 if TYPE_CHECKING:
     from ...completion import CompletionResult

@@ -16,9 +16,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..places import Job
-from . import wire
+from . import answers
+from .answers import Answer
 from .front import Front, streamable, syntax_check
-from .wire import Answer, Ask
+from .wire import Ask
 
 log = logging.getLogger("codespec.http")
 
@@ -56,7 +57,7 @@ class EventStream(Response):
         job = self.front.submit(self.ask, self.client, on_text=on_text)
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         if self.chat:  # (OpenAI's first chunk of a chat names the role that speaks)
-            first = wire.openai_chunk("", self.id, self.model, self.created, chat=True)
+            first = answers.openai_chunk("", self.id, self.model, self.created, chat=True)
             first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
             await _event(send, first)
         sending = asyncio.ensure_future(self._send_all(job, texts, send))
@@ -93,7 +94,7 @@ class EventStream(Response):
             answer = self.front.answer(job, result.result())
         except Exception as exc:
             log.error("an HTTP completion failed: %s", exc)
-            await _event(send, wire.error_body("the completion failed", 500))
+            await _event(send, answers.error_body("the completion failed", 500))
         else:
             # (a final text that no longer starts with what was sent: shaping cut into it;
             # what was sent stands, and nothing more is added)
@@ -105,23 +106,23 @@ class EventStream(Response):
         if not text:
             return
         if self.openai:
-            chunk = wire.openai_chunk(text, self.id, self.model, self.created, self.chat)
+            chunk = answers.openai_chunk(text, self.id, self.model, self.created, self.chat)
             await _event(send, chunk)
         else:
-            await _event(send, wire.llama_chunk(text))
+            await _event(send, answers.llama_chunk(text))
 
     async def _end(self, send: Send, answer: Answer, rest: str) -> None:
         if self.openai:
             await self._piece(send, rest)
-            finish = wire.finish_reason(answer.stop_type)
-            final = wire.openai_chunk("", self.id, self.model, self.created, self.chat, finish)
+            finish = answers.finish_reason(answer.stop_type)
+            final = answers.openai_chunk("", self.id, self.model, self.created, self.chat, finish)
             await _event(send, final)
             if self.ask.include_usage:
-                await _event(send, wire.usage_chunk(answer, self.id, self.chat))
+                await _event(send, answers.usage_chunk(answer, self.id, self.chat))
             await _event(send, "[DONE]")
         else:
             answer.text = rest
-            await _event(send, wire.llama_answer(answer, self.ask.response_fields))
+            await _event(send, answers.llama_answer(answer, self.ask.response_fields))
 
 
 async def _event(send: Send, payload: Any) -> None:
