@@ -414,7 +414,7 @@ def test_the_memory_line_says_when_the_peak_was_reached():
     [
         (["--languages", "cobol"], "unknown language 'cobol'"),
         (["--kinds", "poem"], "unknown hole kind 'poem'"),
-        (["--per-kind", "0"], "--per-kind must be from 1"),
+        (["--per-kind", "0"], "--per-kind: must be from 1"),
         (["--languages", "lua", "--corpus-dir", "/nonexistent"], "no holes"),
     ],
 )
