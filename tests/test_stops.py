@@ -165,7 +165,8 @@ def test_each_complete_line_is_parsed_once(monkeypatch):
 
 
 class CharTokenizer:
-    """One token per character: the stop hook's token <-> text mapping, without a model."""
+    """One token per character: the stop hook's token <-> text mapping, and a fast HF
+    tokenizer's call with offsets, without a model."""
 
     def decode(self, ids):
         return "".join(chr(i) for i in ids)
@@ -216,40 +217,24 @@ def test_multiline_policy_over_the_syntax_decision():
     assert apply_multiline_policy(Mode.BLOCK, "auto") is Mode.BLOCK
 
 
-class WordTokenizer:
-    """One token per character with offsets, like a fast HF tokenizer's call."""
-
-    def __call__(
-        self,
-        text,
-        add_special_tokens=False,
-        return_offsets_mapping=False,
-        split_special_tokens=False,
-    ):
-        return {
-            "input_ids": list(range(len(text))),
-            "offset_mapping": [(i, i + 1) for i in range(len(text))],
-        }
-
-
 LINES = "".join(f"line {i:03d}\n" for i in range(200))  # 9 characters (tokens) per line
 
 
 def test_a_fresh_prefix_window_is_the_longest_run_of_whole_lines_in_the_budget():
     from codespec.prompt import clip_prefix
 
-    clipped = clip_prefix(WordTokenizer(), LINES, budget=9 * 50 + 4)
+    clipped = clip_prefix(CharTokenizer(), LINES, budget=9 * 50 + 4)
     assert clipped.startswith("line 150\n") and len(clipped) == 9 * 50
-    assert clip_prefix(WordTokenizer(), LINES, budget=10_000) == LINES
+    assert clip_prefix(CharTokenizer(), LINES, budget=10_000) == LINES
     one_long_line = "x" * 1000
-    assert clip_prefix(WordTokenizer(), one_long_line, budget=100) == "x" * 100  # cut inside
+    assert clip_prefix(CharTokenizer(), one_long_line, budget=100) == "x" * 100  # cut inside
 
 
 def test_the_prefix_window_keeps_its_first_line_while_the_cursor_moves_nearby():
     from codespec.prompt import clip_prefix
 
     def clip(text, keep_at):
-        return clip_prefix(WordTokenizer(), text, budget=9 * 40, keep_at=keep_at)
+        return clip_prefix(CharTokenizer(), text, budget=9 * 40, keep_at=keep_at)
 
     start = LINES.index("line 160\n")  # the last window: 40 lines, the whole budget
     # moving down a few lines: the window grows up to 1.25 x its budget from the same line
