@@ -129,7 +129,6 @@ class WorkspaceIndex:
             if not self.corpus.put(relative, self.tokenize(text)):
                 log.debug("workspace %s: %s left out of the drafter (bound)", self.root, relative)
         with self._lock:
-            self._changed = True
             old = self.files.get(relative)
             self.files[relative] = entry
             changed = {d.name for d in entry.definitions}
@@ -142,6 +141,9 @@ class WorkspaceIndex:
                     self.by_name[name] = kept
                 else:
                     self.by_name.pop(name, None)
+            # (last: ``names_starting`` copies the names without the lock, so a copy taken
+            # while this ran must be marked stale after it, never before)
+            self._changed = True
 
     def _may_fit(self, relative: str, text: str) -> bool:
         """Whether ``text``'s tokens may fit the corpus: a file that surely passes its bound is

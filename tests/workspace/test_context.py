@@ -197,23 +197,28 @@ def test_the_root_the_home_folder_and_too_many_folders_are_not_indexed(tmp_path,
 def test_choosing_while_the_index_is_being_built_does_not_fail(tmp_path):
     """Requests choose context on the event loop while the index thread adds names: lookups by
     a name's start go through a sorted copy, never over the live dict."""
+    import itertools
     import threading
 
     from codespec.workspace.index import NAMES_REFRESH_S, WorkspaceIndex
 
     index = WorkspaceIndex(tmp_path)
     stop = threading.Event()
+    put = [0]
 
     def build():
-        n = 0
         while not stop.is_set():
+            n = put[0]
             index.put(f"m{n % 50}.py", "python", f"def perimeter_{n}(a):\n    pass\n")
-            n += 1
+            put[0] = n + 1
 
     thread = threading.Thread(target=build)
     thread.start()
-    try:
-        for _ in range(300):
+    deadline = time.monotonic() + 60
+    try:  # (at least 300 choices, and on until every one of the 50 files was put twice)
+        for chosen in itertools.count():
+            if chosen >= 300 and put[0] >= 100 or time.monotonic() > deadline:
+                break
             choose_chunks(index, "main.py", "python", "x = perimeter_1(\ny = peri", "", 2000)
     finally:
         stop.set()
