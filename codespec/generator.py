@@ -22,7 +22,8 @@ reachability (None locally), ``passes_run`` the passes run so far (cancel checks
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from .engine import Generation, GenerationParams, StopRule, StopSignal
@@ -75,3 +76,52 @@ class Warming(Protocol):
         next_prompts: Callable[[Logits], list[list[int]]],
         stop: StopSignal,
     ) -> int: ...
+
+
+class SlowedGenerator:
+    """A generator whose every run of accepted tokens comes ``delay_s`` late, as on a slow CPU
+    (``serve --test-pass-delay``: tests of what editors do while a request runs). Everything
+    else is the wrapped generator's."""
+
+    def __init__(self, inner: Generator, delay_s: float) -> None:
+        self.inner = inner
+        self.delay_s = delay_s
+
+    @property
+    def prefill_rate(self) -> float | None:
+        return self.inner.prefill_rate
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+    @property
+    def warming(self) -> Warming | None:
+        return self.inner.warming
+
+    @property
+    def uses_corpora(self) -> bool:
+        return self.inner.uses_corpora
+
+    @property
+    def health(self) -> Reachability | None:
+        return self.inner.health
+
+    def passes_run(self) -> int:
+        return self.inner.passes_run()
+
+    def generate(
+        self,
+        prompt: list[int],
+        params: GenerationParams | None = None,
+        stop: StopSignal | None = None,
+        stop_rule: StopRule | None = None,
+    ) -> Generation:
+        generation = self.inner.generate(prompt, params, stop, stop_rule)
+
+        def late() -> Iterator[list[int]]:
+            for step in generation:
+                time.sleep(self.delay_s)
+                yield step
+
+        return Generation(late(), generation.stats, generation.tokens)

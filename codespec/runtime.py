@@ -60,9 +60,9 @@ class LoadedPair:
 
     @property
     def model_label(self) -> str:
-        if isinstance(self.engine, Engine):
-            return self.manifest.target.label
-        return self.engine.label  # (a remote engine: its hosts and model name)
+        if self.backend == "remote":
+            return self.engine.label  # (its hosts and model name)
+        return self.manifest.target.label
 
     @property
     def local(self) -> Engine:
@@ -257,6 +257,7 @@ def load_remote_pair(
         load_s=time.perf_counter() - t0,
         stop_ids=stop_ids,
         quantization=engine.label,
+        backend="remote",
     )
 
 

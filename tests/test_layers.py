@@ -74,3 +74,63 @@ def test_the_check_sees_every_form_of_import():
     assert {"completion", "stats", "stops"} <= imported_rooms(PACKAGE / "server" / "jobs.py")
     assert {"server", "stats"} <= imported_rooms(PACKAGE / "cli" / "serve.py")
     assert imported_rooms(PACKAGE / "engine" / "loop.py") == {"engine", "machine", "memory"}
+
+
+def imported_modules(path: Path, package_root: Path = PACKAGE) -> set[str]:
+    """The codespec modules ``path`` imports, dotted (``codespec.server.jobs``), type-only
+    imports included: a circle of them is a circle of knowledge, whether or not Python runs
+    it."""
+    package = path.relative_to(package_root.parent).with_suffix("").parts[:-1]
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = [*package[: len(package) - node.level + 1]]
+            if node.module:
+                modules.add(".".join([*base, *node.module.split(".")]))
+            else:
+                modules.update(".".join([*base, alias.name]) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("codespec."):
+            modules.add(str(node.module))
+    return modules
+
+
+def import_circles(room: str, package_root: Path = PACKAGE) -> list[list[str]]:
+    """The circles of imports among the modules of ``room`` (depth-first, each once)."""
+    files = {
+        ".".join(p.relative_to(package_root.parent).with_suffix("").parts): p
+        for p in (package_root / room).rglob("*.py")
+    }
+    arrows = {
+        name: imported_modules(path, package_root) & set(files) for name, path in files.items()
+    }
+    circles, done = [], set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            circles.append(trail[trail.index(name) :] + [name])
+            return
+        if name in done:
+            return
+        for target in sorted(arrows[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(files):
+        visit(name, [])
+    return circles
+
+
+def test_the_server_modules_import_each_other_in_no_circle():
+    assert import_circles("server") == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path):
+    """Its positive control: two modules that import each other, one of them type-only."""
+    room = tmp_path / "codespec" / "room"
+    room.mkdir(parents=True)
+    (room / "a.py").write_text("from .b import B\n")
+    (room / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n"
+    )
+    circles = import_circles("room", tmp_path / "codespec")
+    assert circles == [["codespec.room.a", "codespec.room.b", "codespec.room.a"]]

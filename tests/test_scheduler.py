@@ -4,7 +4,8 @@ real engine is ``test_worker.py`` and the LSP tests."""
 
 from codespec.completion import CompletionOptions
 from codespec.nextedit.history import EditHistory
-from codespec.server.places import Job, NextEditAsk, WarmJob
+from codespec.server.kinds import CompletionJob, Job, NextEditJob, WarmJob
+from codespec.server.places import NextEditAsk
 from codespec.server.scheduler import JOB_SHARE_S, MAX_QUEUED, Scheduler
 from codespec.stats.record import Outcome, Timing
 from codespec.stops import Cursor
@@ -28,10 +29,11 @@ def job(
 ) -> Job:
     """A completion (``edit``: a next edit) asked now."""
     cursor = Cursor("x\n" * line, "", "python")
-    ask = NextEditAsk("x\n", 0, EditHistory.opened("x\n")) if edit else None
-    return Job(
-        session, uri, 1, cursor, CompletionOptions(), timing=Timing(arrived=clock()), next_edit=ask
-    )
+    timing = Timing(arrived=clock())
+    if edit:
+        ask = NextEditAsk("x\n", 0, EditHistory.opened("x\n"))
+        return NextEditJob(session, uri, 1, cursor, CompletionOptions(), timing=timing, ask=ask)
+    return CompletionJob(session, uri, 1, cursor, CompletionOptions(), timing=timing)
 
 
 def warm(session: int = 1, uri: str = "file:///a.py") -> WarmJob:
@@ -48,7 +50,7 @@ def test_the_newest_request_of_a_document_supersedes_the_older_one():
     s.submit(new)
     assert old.superseded and old.signal.cancelled
     assert not other_doc.signal.cancelled and not new.signal.cancelled
-    assert s.latest[(1, "file:///a.py", False)] is new
+    assert s.unanswered[(1, "file:///a.py")] == [new]
 
 
 def test_sessions_take_turns():

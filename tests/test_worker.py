@@ -16,7 +16,9 @@ from codespec.completion import CompletionOptions
 from codespec.engine import decoder
 from codespec.languages import language_for
 from codespec.runtime import load_pair
-from codespec.server.worker import Job, WarmJob, Worker
+from codespec.server.kinds import CompletionJob, WarmJob
+from codespec.server.places import AnchorSlot
+from codespec.server.worker import Worker
 from codespec.stops import Cursor, Mode
 
 LAYER_S = 0.1  # added after each decoder layer
@@ -88,6 +90,11 @@ def place(uri: str, text: str, line: int, typed: str = "", **more) -> dict:
     return fields | more
 
 
+def request(uri: str, text: str, line: int, typed: str = "", **more) -> CompletionJob:
+    """A completion request at ``place``."""
+    return CompletionJob(**place(uri, text, line, typed, **more))
+
+
 def first_chunk_rows(ran: list[int], timeout: float = 30.0) -> int:
     """Wait until the warm-up's first layer has run; the rows of its chunk."""
     deadline = time.monotonic() + timeout
@@ -103,7 +110,7 @@ def test_a_request_elsewhere_stops_the_warm_up_between_layers(slow_pair, worker)
     worker.warm(WarmJob(**place("file:///a.py", BODY, 60)))
     rows = first_chunk_rows(ran)
     assert rows > 300  # the warm-up's prompt, in one chunk
-    job = Job(**place("file:///b.py", "import os\n\n\ndef main():\n    \n", 4))
+    job = request("file:///b.py", "import os\n\n\ndef main():\n    \n", 4)
     assert worker.submit(job).result(timeout=60) is not None
     assert ran.count(rows) == 1  # layer 0 of the chunk ran; layer 1 never did
     assert ran[1] < rows  # the next layer to run was the request's
@@ -115,7 +122,7 @@ def test_a_request_at_the_warmed_place_lets_the_chunk_finish_and_reuses_it(slow_
     ran.clear()
     worker.warm(WarmJob(**place("file:///c.py", BODY, 60)))
     rows = first_chunk_rows(ran)
-    job = Job(**place("file:///c.py", BODY, 60))
+    job = request("file:///c.py", BODY, 60)
     assert worker.submit(job).result(timeout=60) is not None
     assert ran[:2] == [rows, rows]  # both layers of the warm-up's chunk ran
     assert worker.stats.warm_tokens == rows
@@ -140,18 +147,18 @@ def test_closing_the_document_stops_its_warm_up_between_layers(slow_pair, worker
 def test_a_warm_up_where_the_user_types_extends_the_typing_prompt(slow_pair, worker):
     """Typing at a completed place appends to its anchored prompt (``prompt.Anchor``); a
     warm-up there prefills that prompt, not a fresh one that would re-anchor the place."""
-    anchors: dict = {}
-    job = Job(**place("file:///f.py", BODY, 60, anchors=anchors))
+    slot = AnchorSlot()
+    job = request("file:///f.py", BODY, 60, anchor=slot)
     assert worker.submit(job).result(timeout=60) is not None
-    anchor = anchors["file:///f.py"]
+    anchor = slot.anchor
     before = worker.stats.warm_tokens
-    worker.warm(WarmJob(**place("file:///f.py", BODY, 60, typed="de", anchors=anchors)))
+    worker.warm(WarmJob(**place("file:///f.py", BODY, 60, typed="de", anchor=slot)))
     deadline = time.monotonic() + 30
     while worker.stats.warmed < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert worker.stats.warmed == 1
     assert worker.stats.warm_tokens - before <= 2  # the typed tokens, no more
-    assert anchors["file:///f.py"] is anchor
+    assert slot.anchor is anchor
 
 
 @pytest.mark.parametrize("elsewhere", [True, False])
@@ -163,10 +170,12 @@ def test_a_newer_request_stops_the_prefill_of_the_previous_one(
     pair, ran = slow_pair
     monkeypatch.setattr(pair.engine.target, "prefill_chunk", 100_000)  # one chunk per prompt
     ran.clear()
-    first = Job(**place("file:///g.py", BODY, 60, anchors={}))
+    first = request("file:///g.py", BODY, 60, anchor=AnchorSlot())
     answer = worker.submit(first)
     rows = first_chunk_rows(ran)
-    second = Job(**place("file:///g.py", BODY, 30 if elsewhere else 60, anchors={}))
+    second = CompletionJob(
+        **place("file:///g.py", BODY, 30 if elsewhere else 60, anchor=AnchorSlot())
+    )
     assert worker.submit(second).result(timeout=60) is not None
     assert answer.result(timeout=60) is None  # superseded: answered empty
     assert first.signal.preempted == elsewhere
@@ -191,18 +200,18 @@ def test_the_queue_deadline_counts_from_when_the_model_was_ready(slow_pair):
     try:
         # the worker takes the first request and waits for the load; the second, newer,
         # waits in the queue (the first is superseded: answered empty when the load ends)
-        superseded = worker.submit(Job(**place("file:///h.py", "import os\n\n\ndef f():\n", 4)))
+        superseded = worker.submit(request("file:///h.py", "import os\n\n\ndef f():\n", 4))
         time.sleep(0.2)  # the worker has taken it
-        during_load = worker.submit(Job(**place("file:///h.py", "import os\n\n\ndef g():\n", 4)))
+        during_load = worker.submit(request("file:///h.py", "import os\n\n\ndef g():\n", 4))
         time.sleep(1.5)  # three deadlines while "loading"
         loaded.set()
         assert superseded.result(timeout=60) is None
         assert during_load.result(timeout=60) is not None
         assert worker.stats.expired == 0
         ran.clear()
-        long = worker.submit(Job(**place("file:///j.py", BODY, 60)))
+        long = worker.submit(request("file:///j.py", BODY, 60))
         first_chunk_rows(ran)  # it runs: the next request waits behind it
-        behind = worker.submit(Job(**place("file:///k.py", "x = 1\n", 1)))
+        behind = worker.submit(request("file:///k.py", "x = 1\n", 1))
         assert long.result(timeout=60) is not None
         assert behind.result(timeout=60) is None and worker.stats.expired == 1
     finally:
@@ -244,17 +253,15 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     the completion it gets without look-ahead."""
     pair, ran = slow_w8a8_pair
     assert not pair.engine.calibration.pad_single_row  # quantized: one-row passes are exact
-    anchors: dict = {}
-    first = ahead_worker.submit(
-        Job(**place("file:///l.py", BODY, 60, anchors=anchors, options=AHEAD))
-    )
+    slot = AnchorSlot()
+    first = ahead_worker.submit(request("file:///l.py", BODY, 60, anchor=slot, options=AHEAD))
     shown = first.result(timeout=60).text
     wait_for(lambda: ahead_worker.stats.looked_ahead == 1)
     chars = likely_chars(pair, shown)
     assert len(chars) >= 2 and ahead_worker.stats.ahead_rows >= len(chars)
     ran.clear()
-    typed = place("file:///l.py", BODY, 60, typed=chars[1], anchors=anchors, options=AHEAD)
-    answer = ahead_worker.submit(Job(**typed))
+    typed = place("file:///l.py", BODY, 60, typed=chars[1], anchor=slot, options=AHEAD)
+    answer = ahead_worker.submit(CompletionJob(**typed))
     layers = layers_at_answer(answer, ran)
     result = answer.result(timeout=60)
     assert ahead_worker.stats.ahead_hits == 1 and result.stats.ahead
@@ -268,8 +275,8 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
     pair.engine.target.reset()  # the same keystroke, nothing computed ahead
     plain = Worker(lambda: pair)
     try:
-        again = {**typed, "options": OPTIONS, "anchors": {"file:///l.py": anchors["file:///l.py"]}}
-        expected = plain.submit(Job(**again)).result(timeout=60)
+        again = {**typed, "options": OPTIONS, "anchor": AnchorSlot(slot.anchor)}
+        expected = plain.submit(CompletionJob(**again)).result(timeout=60)
     finally:
         plain.stop()
     assert not expected.stats.ahead and expected.text == result.text
@@ -277,18 +284,16 @@ def test_after_an_answer_the_next_keystrokes_are_computed_ahead_and_answered_wit
 
 def test_a_request_stops_a_look_ahead_between_layers(slow_w8a8_pair, ahead_worker):
     pair, ran = slow_w8a8_pair
-    anchors: dict = {}
-    shown = ahead_worker.submit(
-        Job(**place("file:///m.py", BODY, 60, anchors=anchors, options=AHEAD))
-    )
+    slot = AnchorSlot()
+    shown = ahead_worker.submit(request("file:///m.py", BODY, 60, anchor=slot, options=AHEAD))
     at_answer = layers_at_answer(shown, ran)
     shown.result(timeout=60)
     start = at_answer[0]
     wait_for(lambda: len(ran) > start)  # the look-ahead's first pass has begun (layer 0 ran)
     width = ran[start]
     assert width >= 2  # a tree of next keystrokes, not a one-row pass
-    typed = place("file:///m.py", BODY, 60, typed="\t\t", anchors=anchors, options=AHEAD)
-    assert ahead_worker.submit(Job(**typed)).result(timeout=60) is not None
+    typed = place("file:///m.py", BODY, 60, typed="\t\t", anchor=slot, options=AHEAD)
+    assert ahead_worker.submit(CompletionJob(**typed)).result(timeout=60) is not None
     assert ran[start + 1] != width  # layer 1 of the look-ahead never ran: the request's did
     assert ahead_worker.stats.looked_ahead == 0 and ahead_worker.stats.ahead_hits == 0
 
@@ -298,10 +303,10 @@ def test_no_look_ahead_when_it_is_off(slow_w8a8_pair, ahead_worker):
     look-ahead on is (so the count read below is one that moves)."""
     pair, ran = slow_w8a8_pair
     before = ahead_worker.stats.looked_ahead
-    job = Job(**place("file:///n.py", BODY, 60, anchors={}))  # look_ahead_keys=0
+    job = request("file:///n.py", BODY, 60, anchor=AnchorSlot())  # look_ahead_keys=0
     assert ahead_worker.submit(job).result(timeout=60) is not None
     time.sleep(1.0)
-    assert ahead_worker.stats.looked_ahead == before and not pair.engine.target.looking_ahead
-    on = Job(**place("file:///n2.py", BODY, 60, anchors={}, options=AHEAD))
+    assert ahead_worker.stats.looked_ahead == before and pair.engine.target.ahead.standing is None
+    on = request("file:///n2.py", BODY, 60, anchor=AnchorSlot(), options=AHEAD)
     assert ahead_worker.submit(on).result(timeout=60) is not None
     wait_for(lambda: ahead_worker.stats.looked_ahead == before + 1)

@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         lock = claim(socket_path)
         if lock is None:
             return 1
+    from ..generator import SlowedGenerator
     from ..runtime import LoadOptions  # (the model's stack: only once the socket is ours)
     from ..server.daemon import Daemon, run_daemon
 
@@ -219,10 +220,17 @@ def run(args: argparse.Namespace) -> int:
             note(f"next edits run on {pair.next_edit.model_label}")
             return pair
 
+    if args.test_pass_delay:
+        load_at_full_speed = load
+
+        def load():
+            pair = load_at_full_speed()
+            pair.engine = SlowedGenerator(pair.engine, args.test_pass_delay)
+            return pair
+
     daemon = Daemon(
         load,
         settings,
-        pass_delay_s=args.test_pass_delay,
         load_delay_s=args.test_load_delay,
         store=store,
         remote=remote is not None,

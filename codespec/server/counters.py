@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # (the worker keeps a WorkerStats: no import at run time)
-    from .worker import Worker
 
 
 @dataclass
@@ -33,9 +29,8 @@ class WorkerStats:
     yielded: int = 0  # requests stopped after their share while another session waited
 
 
-def worker_stats(worker: Worker) -> dict:
+def worker_stats(s: WorkerStats) -> dict:
     """The worker's live counters, as ``codespec/stats`` and the daemon's status report them."""
-    s = worker.stats
     latencies = sorted(s.latencies_s)
     return {
         "served": s.served,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ..files import write_private
 from ..memory import freeze_resident_objects
@@ -35,13 +35,16 @@ from .config import Settings
 from .counters import worker_stats
 from .endpoint import check_socket_path, claim_socket
 from .handlers import STATUS
-from .session import CodespecServer, create_session, serve_connection
+from .session import create_session, serve_connection
+from .session_server import CodespecServer
 from .tcp_auth import TokenDoor
+from .view import DaemonView
 from .worker import ModelUnavailable, Worker
 
 if TYPE_CHECKING:
     from ..runtime import LoadedPair  # (the model's stack loads with the model, not before)
     from .http.app import Admission
+    from .http.listen import HttpFront
 
 log = logging.getLogger("codespec.daemon")
 
@@ -66,7 +69,6 @@ class Daemon:
         self,
         load_pair: Callable[[], LoadedPair],
         settings: Settings,
-        pass_delay_s: float = 0.0,
         load_delay_s: float = 0.0,
         store: Store | None = None,
         remote: bool = False,
@@ -76,7 +78,7 @@ class Daemon:
         self.settings = settings
         self.store = store  # acceptance stats (None: not recorded)
         record = store.put_request if store is not None else None
-        self.worker = Worker(self.slot.get, pass_delay_s=pass_delay_s, record=record)
+        self.worker = Worker(self.slot.get, record=record)
         self.sessions: dict[int, CodespecServer] = {}  # the live ones, by session id
         # workspace indexes shared by the sessions; they pause while a request runs
         self.workspaces = Workspaces(
@@ -90,9 +92,20 @@ class Daemon:
         self.started = time.time()
         self._load = load_pair
         self._load_delay_s = load_delay_s  # testing aid: a slow model load
-        # the engine's state as the editors' status shows it (a remote engine's reachability,
-        # and once loaded the model's label)
-        self.engine_status: dict = {"state": "ready", "message": ""}
+        # what its sessions and HTTP front may ask of it, the engine's status among it (a
+        # remote engine's reachability, and once loaded the model's label)
+        self.view = DaemonView(
+            worker=self.worker,
+            model_ready=self.slot.ready,
+            store=store,
+            workspaces=self.workspaces,
+            accepted=self.accepted,
+            loaded=self.loaded_pair,
+            prefill_rate=self.prefill_rate,
+            engine_is_remote=self.engine_is_remote,
+            list_models=self.list_models,
+            choose_model=self.choose_model,
+        )
         # switching models (``switching.py``): how this daemon was started (its arguments
         # after ``codespec``; None: it cannot run itself again), the folders of ``[model]``,
         # and the flags of the model chosen, once one is (the daemon then runs itself again)
@@ -166,17 +179,19 @@ class Daemon:
 
     def model_loaded(self, label: str, next_edit_label: str | None = None) -> None:
         """Every session hears which model runs (``codespec/status``'s ``model``)."""
-        self.engine_status["model"] = label
+        status = self.view.status
+        status.model = label
         if next_edit_label is not None:  # (a next-edit model of the user's: lsp/PROTOCOL.md)
-            self.engine_status["next_edit_model"] = next_edit_label
-        self.tell_status(self.engine_status["state"], self.engine_status["message"])
+            status.next_edit_model = next_edit_label
+        self.tell_status(status.state, status.message)
 
     def tell_status(self, state: str, message: str) -> None:
         """Every session hears ``codespec/status`` when the engine's state changes."""
-        self.engine_status.update(state=state, message=message)
+        status = self.view.status
+        status.state, status.message = state, message
         for ls in list(self.sessions.values()):
             try:
-                ls.protocol.notify(STATUS, dict(self.engine_status))
+                ls.protocol.notify(STATUS, status.params())
             except Exception as exc:  # a closing session
                 log.debug("status not sent: %s", exc)
 
@@ -184,19 +199,7 @@ class Daemon:
         """One connection: through the ``door`` (TCP), then an LSP session on it."""
         if door is not None and not await door.admit(reader, writer):
             return
-        ls = create_session(
-            self.worker,
-            self.settings,
-            self.slot.ready,
-            self.store,
-            self.engine_status,
-            self.workspaces,
-            self.accepted,
-        )
-        ls.prefill_rate = self.prefill_rate
-        ls.engine_is_remote = self.engine_is_remote
-        ls.list_models = self.list_models
-        ls.choose_model = self.choose_model
+        ls = create_session(self.view, self.settings)
         session_id = ls.session.id
         self.sessions[session_id] = ls
         try:
@@ -215,7 +218,7 @@ class Daemon:
 
         rows = await asyncio.to_thread(model_rows, self.model_folders)
         running = running_name(self.argv or [])
-        label = self.engine_status.get("model")
+        label = self.view.status.model
         for row in rows:
             named = running is not None and row["name"] == running
             row["running"] = named or (running is None and row.get("label") == label)
@@ -240,7 +243,7 @@ class Daemon:
         return {"model": name, "restarting": True}
 
     def status_line(self) -> str:
-        stats = worker_stats(self.worker)
+        stats = worker_stats(self.worker.stats)
         pair = self.slot.pair
         model = f"{pair.model_label} on {pair.device}" if pair else "loading model..."
         if self.slot.error is not None:
@@ -334,7 +337,7 @@ async def run_daemon(
     if http is not None:
         from .http.listen import start_http_front
 
-        front = start_http_front(daemon, *http)
+        front = start_http_front(daemon.view, daemon.settings, *http)
     daemon.load_in_background()
     print(
         f"codespec: listening on {socket_path}"
@@ -354,9 +357,7 @@ async def run_daemon(
     if ticker:
         ticker.cancel()
     if daemon.switch_to is not None and daemon.argv is not None:
-        from .switching import run_again_with
-
-        await run_again_with(daemon, daemon.argv, daemon.switch_to, servers, front, lock)
+        await _run_again_with(daemon, daemon.argv, daemon.switch_to, servers, front, lock)
     for server in servers:
         server.close()
     if front is not None:
@@ -370,6 +371,33 @@ async def run_daemon(
         socket_path.unlink()
     os.close(lock)
     print("\ncodespec: stopped", file=sys.stderr)
+
+
+async def _run_again_with(
+    daemon: Daemon,
+    argv: list[str],
+    flags: list[str],
+    servers: list[asyncio.Server],
+    front: HttpFront | None,
+    lock: int,
+) -> NoReturn:
+    """A model switch: answer what is asked (empty), keep what was recorded, then become the
+    daemon of the other model on the same listening socket (``switching.py``)."""
+    from .switching import restart_argv, run_again
+
+    for server in servers[1:]:  # TCP: the new program listens there again
+        server.close()
+    if front is not None:
+        await front.stop()
+    daemon.worker.cancel_everything()
+    await asyncio.sleep(0.3)  # the empty answers reach their sessions before they close
+    for ls in list(daemon.sessions.values()):
+        ls.session.ledger.end()
+    if daemon.store is not None:
+        daemon.store.close()
+    listening = servers[0].sockets[0].fileno()
+    print(f"codespec: switching to {' '.join(flags[1:])}", file=sys.stderr, flush=True)
+    run_again(restart_argv(argv, flags, (listening, lock)), listening, lock)
 
 
 async def _status_ticker(daemon: Daemon) -> None:

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ..completion import CompletionOptions, definition_chars
 from ..engine.corpus import TokenCorpus
 from ..stats.verdicts import Suggestion
 from ..workspace.accepted import AcceptedCompletions
-from ..workspace.context import ContextMemory, as_files, choose_chunks
+from ..workspace.context import as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import language_of
 from .documents import Document
-
-if TYPE_CHECKING:
-    from .session import CodespecServer
+from .session_server import CodespecServer
+from .state import OpenDocument
 
 log = logging.getLogger("codespec.session")
 MAX_FOLDERS = 8  # folders one session may declare; more are ignored
@@ -89,10 +88,10 @@ def indexes(ls: CodespecServer) -> list[WorkspaceIndex]:
     state = ls.session
     if not uses_workspace(ls):
         return []
-    if ls.workspaces is None or not state.folders:
+    if ls.daemon.workspaces is None or not state.folders:
         return []
     if state.indexes is None:
-        acquired = (ls.workspaces.acquire(folder) for folder in state.folders)
+        acquired = (ls.daemon.workspaces.acquire(folder) for folder in state.folders)
         state.indexes = [index for index in acquired if index is not None]
     return state.indexes
 
@@ -104,9 +103,9 @@ def release(ls: CodespecServer) -> None:
 
 
 def release_indexes(ls: CodespecServer, held: list[WorkspaceIndex]) -> None:
-    if ls.workspaces is not None:
+    if ls.daemon.workspaces is not None:
         for index in held:
-            ls.workspaces.release(index)
+            ls.daemon.workspaces.release(index)
 
 
 def place_in(ls: CodespecServer, uri: str) -> tuple[WorkspaceIndex, str] | None:
@@ -122,20 +121,23 @@ def place_in(ls: CodespecServer, uri: str) -> tuple[WorkspaceIndex, str] | None:
 
 
 def context_files(
-    ls: CodespecServer, doc: Document, prefix: str, suffix: str, options: CompletionOptions
+    ls: CodespecServer,
+    record: OpenDocument,
+    prefix: str,
+    suffix: str,
+    options: CompletionOptions,
 ) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """For a request in ``doc``: its path as the prompt shows it (relative to its workspace
     folder; None outside one) and the workspace definitions worth its prefill, as many as its
     prompt has room for (``completion.definition_chars``)."""
-    state = ls.session
+    doc = record.document
     found = place_in(ls, doc.uri)
     if found is None:
         return None, ()
     index, relative = found
-    budget = definition_chars(options, ls.prefill_rate())
-    memory = state.context_memory.setdefault(doc.uri, ContextMemory())
+    budget = definition_chars(options, ls.daemon.prefill_rate())
     language = language_of(relative) or doc.language_id
-    chunks = choose_chunks(index, relative, language, prefix, suffix, budget, memory)
+    chunks = choose_chunks(index, relative, language, prefix, suffix, budget, record.context_memory)
     return relative, as_files(chunks)
 
 
@@ -149,7 +151,7 @@ def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ..
     found = place_in(ls, doc.uri)
     if found is not None and found[0].corpus.total:
         corpora.append(found[0].corpus)
-    accepted = ls.accepted.corpus() if ls.accepted is not None else None
+    accepted = ls.daemon.accepted.corpus() if ls.daemon.accepted is not None else None
     if accepted is not None and accepted.total:
         corpora.append(accepted)
     return tuple(corpora)
@@ -158,14 +160,14 @@ def drafting_corpora(ls: CodespecServer, doc: Document) -> tuple[TokenCorpus, ..
 def learn_accepted(ls: CodespecServer, suggestion: Suggestion) -> None:
     """A suggestion was taken, in full or in part: the drafter keeps what was taken (off the
     event loop: it tokenizes and appends to a file)."""
-    if ls.accepted is None or not uses_workspace(ls):
+    if ls.daemon.accepted is None or not uses_workspace(ls):
         return
     taken = suggestion.text[: suggestion.accepted_chars]
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    loop.run_in_executor(None, _learn, ls.accepted, suggestion.head, taken)
+    loop.run_in_executor(None, _learn, ls.daemon.accepted, suggestion.head, taken)
 
 
 def _learn(accepted: AcceptedCompletions, before: str, taken: str) -> None:

@@ -1,4 +1,4 @@
-"""The LSP handlers of a session: each a few lines over the typed server (``session.py``) and
+"""The LSP handlers of a session: each a few lines over the typed server (``session_server.py``) and
 pure functions (``jobs.py`` for completions, ``config.py`` for settings, ``stats/`` for the
 report). ``register`` wires them into a fresh server.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -23,10 +23,8 @@ from .documents import read_position
 from .folders import declare_folders
 from .jobs import inline_completion, schedule_warm
 from .next_edits import DID_SHOW_INLINE_EDIT, INLINE_EDIT, did_show_inline_edit, inline_edit
+from .session_server import CodespecServer
 from .state import open_document
-
-if TYPE_CHECKING:  # session.py builds the server and registers these
-    from .session import CodespecServer
 
 log = logging.getLogger("codespec.session")
 CUSTOM_INLINE = "codespec/inlineCompletion"
@@ -55,9 +53,10 @@ async def on_initialized(ls: CodespecServer, params: types.InitializedParams) ->
     window = ls.client_capabilities.window
     supported = window is not None and bool(window.work_done_progress)
     # the model that runs (once loaded), or a remote engine already down
-    if ls.engine_status.get("state", "ready") != "ready" or "model" in ls.engine_status:
-        ls.protocol.notify(STATUS, dict(ls.engine_status))
-    if supported and ls.model_ready is not None and not ls.model_ready.is_set():
+    status = ls.daemon.status
+    if status.worth_telling():
+        ls.protocol.notify(STATUS, status.params())
+    if supported and not ls.daemon.model_ready.is_set():
         await report_loading(ls)
 
 
@@ -89,9 +88,10 @@ def on_cursor(ls: CodespecServer, params: Any) -> None:
     except (KeyError, TypeError, ValueError):
         log.debug("codespec/cursor with malformed params: ignored")
         return
-    doc = ls.session.documents.get(uri)
-    if doc is not None:
-        schedule_warm(ls, doc.offset_at(position, ls.protocol.encoding), doc)
+    record = ls.session.documents.get(uri)
+    if record is not None:
+        offset = record.document.offset_at(position, ls.protocol.encoding)
+        schedule_warm(ls, offset, record)
 
 
 async def on_stats(ls: CodespecServer, params: Any) -> dict:
@@ -103,7 +103,7 @@ async def on_stats(ls: CodespecServer, params: Any) -> dict:
 async def on_models(ls: CodespecServer, params: Any) -> dict:
     """The models this daemon could run (the rows ``codespec models --json`` prints), the one
     running marked ``running``."""
-    return {"models": await ls.list_models()}
+    return {"models": await ls.daemon.list_models()}
 
 
 async def on_choose_model(ls: CodespecServer, params: Any) -> dict:
@@ -115,7 +115,7 @@ async def on_choose_model(ls: CodespecServer, params: Any) -> dict:
     if not isinstance(name, str) or not name or len(name) > 4096:
         raise JsonRpcInvalidParams("expected {name: a model of codespec/models}")
     try:
-        return await ls.choose_model(name)
+        return await ls.daemon.choose_model(name)
     except ValueError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None
 
@@ -123,7 +123,7 @@ async def on_choose_model(ls: CodespecServer, params: Any) -> dict:
 def on_document(ls: CodespecServer, params: Any) -> dict:
     """The server's copy of a document (for clients and tests to check their sync)."""
     given = as_dict(params)
-    doc = open_document(ls.session, given.get("uri") if isinstance(given, dict) else None)
+    doc = open_document(ls.session, given.get("uri") if isinstance(given, dict) else None).document
     return {"uri": doc.uri, "version": doc.version, "text": doc.text}
 
 
@@ -190,7 +190,6 @@ def apply_settings(ls: CodespecServer, values: Any) -> None:
 
 async def report_loading(ls: CodespecServer) -> None:
     """``$/progress`` from begin to end while the daemon loads the model."""
-    assert ls.model_ready is not None
     token = f"codespec-loading-{ls.session.id}"
     try:
         await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
@@ -199,17 +198,17 @@ async def report_loading(ls: CodespecServer) -> None:
     ls.work_done_progress.begin(
         token, types.WorkDoneProgressBegin(title="codespec", message="loading the model")
     )
-    await asyncio.to_thread(ls.model_ready.wait)
+    await asyncio.to_thread(ls.daemon.model_ready.wait)
     ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="model ready"))
 
 
 async def stats_reply(ls: CodespecServer, params: Any) -> dict:
     given = params if isinstance(params, dict) else {}
     since, language, by = given.get("since"), given.get("language"), given.get("by", "language")
-    reply: dict = {"daemon": worker_stats(ls.worker)}
-    if "next_edit_model" in ls.engine_status:
-        reply["daemon"]["next_edit_model"] = ls.engine_status["next_edit_model"]
-    store = ls.store
+    reply: dict = {"daemon": worker_stats(ls.daemon.worker.stats)}
+    if (next_edit_model := ls.daemon.status.next_edit_model) is not None:
+        reply["daemon"]["next_edit_model"] = next_edit_model
+    store = ls.daemon.store
     if store is None:
         return {**reply, "store": None}
 

@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -29,17 +28,15 @@ from ..settings import completion_options
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from ..workspace.context import FAMILIES
-from ..workspace.redaction import redact
-from ..workspace.snippets import Neighbour, Snippet, SnippetMemory, choose_snippets
+from ..workspace.snippets import Neighbour, Snippet, choose_snippets
 from ..workspace.snippets import as_files as snippet_files
 from .documents import MAX_DOCUMENT_CHARS, Document
 from .folders import context_files, drafting_corpora
-from .places import Job, Place, WarmJob
-from .state import SessionState, open_document
+from .kinds import CompletionJob, Job, WarmJob
+from .places import Place
+from .session_server import CodespecServer
+from .state import OpenDocument, SessionState, Shown, open_document
 from .worker import ModelUnavailable
-
-if TYPE_CHECKING:  # session.py builds the server and imports this module
-    from .session import CodespecServer
 
 log = logging.getLogger("codespec.session")
 PARTIAL = "codespec/partialCompletion"
@@ -52,32 +49,33 @@ async def inline_completion(
 ) -> types.InlineCompletionList:
     """Snapshot the document at the cursor, run a job on the worker, answer with one item."""
     state, settings = ls.session, ls.session.settings
-    doc = open_document(state, params.text_document.uri)
-    if not completes_in(state, doc):
+    record = open_document(state, params.text_document.uri)
+    doc = record.document
+    if not completes_in(state, record):
         return no_items()
     encoding = ls.protocol.encoding
     position = doc.clamp(params.position, encoding)  # past a line's end: at its end
     offset = doc.offset_at(position, encoding)
     selected = selection_in(doc, params.context, offset, encoding)
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    place = place_at(ls, doc, offset, completion_options(settings, invoked), selected)
+    place = place_at(ls, record, offset, completion_options(settings, invoked), selected)
     syntax = decide_mode(place.cursor, invoked, settings.complete_mid_word)
     place.options.mode = apply_multiline_policy(syntax, settings.multiline)
     lead = selected.text if selected else ""  # the item's text starts with the menu item's
     start = doc.position_at(selected.start, encoding) if selected else position
     where = types.Range(start, position)  # (empty without a menu item: codespec inserts)
-    if (through := typed_through(state.shown.get(doc.uri), place.cursor)) is not None:
+    if (through := typed_through(record.shown, place.cursor)) is not None:
         rest, suggestion_id = through
         # no model run; while the user types on, compute ahead the keystrokes that leave it
         # (not with a menu item in place: ``rest`` follows the item, not the document)
         if selected is None:
-            schedule_warm(ls, offset, doc, delay_ms=0, shown_next=rest[0])
+            schedule_warm(ls, offset, record, delay_ms=0, shown_next=rest[0])
         return types.InlineCompletionList(items=[inline_item(lead + rest, where, suggestion_id)])
-    job = Job.at(place, on_text=streamer(ls, doc, lead))
+    job = CompletionJob.at(place, on_text=streamer(ls, doc, lead))
     text = await run_job(ls, job)
     if not text:
         return no_items()
-    offered(state, doc, offset, job, text, selected)
+    offered(state, record, offset, job, text, selected)
     return types.InlineCompletionList(items=[inline_item(lead + text, where, job.id)])
 
 
@@ -112,15 +110,15 @@ def no_items() -> types.InlineCompletionList:
     return types.InlineCompletionList(items=[])
 
 
-def completes_in(state: SessionState, doc: Document) -> bool:
-    """Whether this session completes in ``doc`` (on, its language not turned off, not too
-    large; a too-large document is logged once)."""
-    settings = state.settings
+def completes_in(state: SessionState, record: OpenDocument) -> bool:
+    """Whether this session completes in the document (on, its language not turned off, not
+    too large; a too-large document is logged once)."""
+    settings, doc = state.settings, record.document
     if not settings.enabled or doc.language_id in settings.disabled_languages:
         return False
     if doc.too_large:
-        if doc.uri not in state.too_large_logged:
-            state.too_large_logged.add(doc.uri)
+        if not record.too_large_logged:
+            record.too_large_logged = True
             log.info(
                 "no completions in a document of %d characters (the limit is %d)",
                 len(doc.text),
@@ -130,13 +128,9 @@ def completes_in(state: SessionState, doc: Document) -> bool:
     return True
 
 
-def redacted(files: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((path, redact(text)) for path, text in files)
-
-
 def place_at(
     ls: CodespecServer,
-    doc: Document,
+    record: OpenDocument,
     offset: int,
     options: CompletionOptions,
     selected: Selection | None = None,
@@ -145,18 +139,17 @@ def place_at(
     selected menu item in place of what it replaces), the other open documents of its
     language (and the workspace's definitions of names near the cursor: ``workspace.py``), and
     how to tell that the document moved on since."""
-    state = ls.session
+    state, doc = ls.session, record.document
     prefix, suffix = doc.split(max(0, min(offset, len(doc.text))))
     if selected is not None:
         prefix = prefix[: len(prefix) - (offset - selected.start)] + selected.text
     cursor = Cursor(prefix, suffix, language_for(doc.language_id, doc.uri))
     uri = doc.uri
-    relative, definitions = context_files(ls, doc, prefix, suffix, options)
-    snippets = snippet_files(neighbour_snippets(state, doc, prefix))
-    if ls.engine_is_remote():  # other files' text leaves the machine: lsp/PROTOCOL.md
-        if not state.settings.remote_workspace_context:
-            definitions = ()
-        definitions, snippets = redacted(definitions), redacted(snippets)
+    relative, definitions = context_files(ls, record, prefix, suffix, options)
+    snippets = snippet_files(neighbour_snippets(state, record, prefix))
+    # (other files' text may leave the machine: lsp/PROTOCOL.md)
+    definitions = ls.daemon.outbound(definitions, state.settings.remote_workspace_context)
+    snippets = ls.daemon.outbound(snippets)
     corpora = drafting_corpora(ls, doc)
     if definitions:
         options = with_definitions(options)
@@ -170,9 +163,8 @@ def place_at(
         extra_files=definitions + snippets,
         context=("workspace",) * bool(definitions) + ("neighbours",) * bool(snippets),
         corpora=corpora,
-        # closed (or reopened as another document): as good as edited since
-        current_edits=lambda: doc.edits if state.documents.get(uri) is doc else doc.edits + 1,
-        anchors=state.anchors,
+        current_edits=record.edits_now,
+        anchor=record.anchor,
         language=doc.language_id or cursor.language.name,
         client=state.client_name,
     )
@@ -193,7 +185,7 @@ def streamer(ls: CodespecServer, doc: Document, lead: str = "") -> Callable[[str
 
 async def run_job(ls: CodespecServer, job: Job) -> str:
     """The job's text from the worker ("" for none); failures become the right LSP errors."""
-    future = ls.worker.submit(job)
+    future = ls.daemon.worker.submit(job)
     try:
         result = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -212,7 +204,7 @@ async def run_job(ls: CodespecServer, job: Job) -> str:
 
 def offered(
     state: SessionState,
-    doc: Document,
+    record: OpenDocument,
     offset: int,
     job: Job,
     text: str,
@@ -221,11 +213,12 @@ def offered(
     """Remember what is shown at the place, for typed-through answers and the verdict. With a
     menu item selected, the suggestion is that item's text and the completion, from where the
     item starts: typing the item or accepting it is then taking the suggestion's beginning."""
+    doc = record.document
     head, tail, start = job.cursor.prefix, job.cursor.suffix, offset
     if selected is not None:
         head = head[: len(head) - len(selected.text)]
         text, start = selected.text + text, selected.start
-    state.shown[doc.uri] = (head, tail, text, job.id)
+    record.shown = Shown(head, tail, text, job.id)
     state.ledger.offered(
         Suggestion(
             job.id,
@@ -251,7 +244,7 @@ def inline_item(text: str, where: types.Range, suggestion_id: str) -> types.Inli
     )
 
 
-def typed_through(shown: tuple[str, str, str, str] | None, cursor: Cursor) -> tuple | None:
+def typed_through(shown: Shown | None, cursor: Cursor) -> tuple[str, str] | None:
     """The rest of the last completion and its id when the user has typed its beginning.
 
     Typing what the ghost text shows keeps showing the remainder at no model cost (as llama.vim
@@ -281,9 +274,10 @@ def document_name(uri: str) -> str:
     return os.path.basename(unquote(urlparse(uri).path)) or "untitled"
 
 
-def neighbour_snippets(state: SessionState, doc: Document, prefix: str) -> list[Snippet]:
+def neighbour_snippets(state: SessionState, record: OpenDocument, prefix: str) -> list[Snippet]:
     """The windows of the other open documents of the language family most like the code
     above the cursor, or last edited (``workspace/snippets.py``): context before the file."""
+    doc = record.document
     family = FAMILIES.get(doc.language_id, {doc.language_id})
     neighbours = [
         Neighbour(
@@ -292,42 +286,40 @@ def neighbour_snippets(state: SessionState, doc: Document, prefix: str) -> list[
             d.edited_line(),
             d.last_edit[1] if d.last_edit else None,
         )
-        for d in state.documents.values()
+        for d in (other.document for other in state.documents.values())
         if d is not doc and d.language_id in family and not d.too_large
     ]
     if not neighbours:
         return []
-    memory = state.snippet_memory.setdefault(doc.uri, SnippetMemory())
-    return choose_snippets(prefix, neighbours, time.monotonic(), memory)
+    return choose_snippets(prefix, neighbours, time.monotonic(), record.snippet_memory)
 
 
 def schedule_warm(
     ls: CodespecServer,
     offset: int,
-    doc: Document,
+    record: OpenDocument,
     delay_ms: int | None = None,
     shown_next: str = "",
 ) -> None:
     """After ``warmDelayMs`` (or ``delay_ms``) without another edit or cursor report for the
     document, have the worker prefill the prompt a request at ``offset`` would use and compute
-    ahead the next keystrokes there (see ``worker.WarmJob``; ``shown_next``: the ghost text's
+    ahead the next keystrokes there (see ``kinds.WarmJob``; ``shown_next``: the ghost text's
     next character there)."""
     state = ls.session
     settings = state.settings
-    uri = doc.uri
-    if (timer := state.warm_timers.pop(uri, None)) is not None:
-        timer.cancel()
-    if not settings.warm_ahead or not completes_in(state, doc):
+    record.cancel_warm_up()
+    if not settings.warm_ahead or not completes_in(state, record):
         return
-    edits = doc.edits
+    edits = record.edits_now()
 
     def submit() -> None:
-        state.warm_timers.pop(uri, None)
-        if state.documents.get(uri) is not doc or doc.edits != edits:
+        record.warm_timer = None
+        if record.edits_now() != edits:
             return  # closed or edited again meanwhile: that edit scheduled its own warm-up
         options = completion_options(settings, invoked=False)
-        ls.worker.warm(WarmJob.at(place_at(ls, doc, offset, options), shown_next=shown_next))
+        place = place_at(ls, record, offset, options)
+        ls.daemon.worker.warm(WarmJob.at(place, shown_next=shown_next))
 
     loop = asyncio.get_running_loop()
     delay_ms = settings.warm_delay_ms if delay_ms is None else delay_ms
-    state.warm_timers[uri] = loop.call_later(delay_ms / 1000, submit)
+    record.warm_timer = loop.call_later(delay_ms / 1000, submit)

@@ -2,7 +2,7 @@
 edits"): ``textDocument/copilotInlineEdit`` asks for the edits the recent ones call for in the
 window around a position; ``textDocument/didShowInlineEdit`` says one was shown.
 
-A request becomes a job on the engine worker like a completion (``places.NextEditAsk``: the
+A request becomes a job on the engine worker like a completion (``kinds.NextEditJob``: the
 document's text, line and edit history as they are now; ``nextedit/suggest.py`` runs it). An
 answer for a document that moved on meanwhile is dropped, as completions' are.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -27,11 +27,10 @@ from ..settings import completion_options
 from ..stats.verdicts import Suggestion
 from .documents import Document, read_position
 from .jobs import completes_in, place_at, run_job
-from .places import Job, NextEditAsk
+from .kinds import NextEditJob
+from .places import NextEditAsk
+from .session_server import CodespecServer
 from .state import open_document
-
-if TYPE_CHECKING:
-    from .session import CodespecServer
 
 log = logging.getLogger("codespec.session")
 INLINE_EDIT = "textDocument/copilotInlineEdit"
@@ -44,16 +43,17 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     off, or the document moved on)."""
     uri, version, position = _request(params)
     state = ls.session
-    doc = open_document(state, uri)
-    if not state.settings.next_edit_suggestions or not completes_in(state, doc):
+    record = open_document(state, uri)
+    doc = record.document
+    if not state.settings.next_edit_suggestions or not completes_in(state, record):
         return {"edits": []}
     encoding = ls.protocol.encoding
     position = doc.clamp(position, encoding)
     offset = doc.offset_at(position, encoding)
-    place = place_at(ls, doc, offset, completion_options(state.settings, invoked=True))
+    place = place_at(ls, record, offset, completion_options(state.settings, invoked=True))
     least = EAGERNESS[state.settings.next_edit_eagerness]
     ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history), least)
-    job = Job.at(place, next_edit=ask)
+    job = NextEditJob.at(place, ask=ask)
     await run_job(ls, job)
     found = job.found
     hunk = found.shown(least) if found is not None else None

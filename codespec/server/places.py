@@ -1,16 +1,13 @@
-"""What the engine worker runs: a place in a document (where a prompt is wanted, and how to
-build it), and the two kinds of work there: a completion request someone waits for (``Job``) and
-a warm-up nobody waits for (``WarmJob``). Each carries the stop signal that gives the engine up
-(``engine/stop.py``).
+"""Where the engine worker's work is: a place in a document (where a prompt is wanted, and how
+to build it), the slot its prompt anchor is kept in, and the stop signal a request carries.
 
-``jobs.py`` builds a place once (``place_at``) and the work from it (``Job.at``, ``WarmJob.at``);
-the worker builds a warm-up after a request from the request itself.
+What is done at a place, and how, is its kind's (``kinds.py``). ``jobs.py`` builds a place once
+(``place_at``) and the work from it (``CompletionJob.at``, ``WarmJob.at``...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from typing import Any, Self
 
@@ -18,9 +15,17 @@ from ..client_stops import ClientStops
 from ..completion import CompletionOptions
 from ..engine import StopSignal
 from ..nextedit.history import EditHistory
-from ..nextedit.suggest import NextEdit
-from ..stats.record import Timing, new_id
+from ..prompt import Anchor
 from ..stops import Cursor
+
+
+@dataclass(eq=False)
+class AnchorSlot:
+    """The prompt last built at one document (``prompt.Anchor``), so that typing there extends
+    it. The document's record holds the slot and each job at the document a reference to it:
+    the worker's thread writes it, the session never reads it."""
+
+    anchor: Anchor | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class JobStop(StopSignal):
         super().cancel(keep_chunk)
 
 
-@dataclass
+@dataclass(eq=False)
 class Place:
     """Where in which document a prompt is wanted, and how to build it."""
 
@@ -62,16 +67,12 @@ class Place:
     path: str = ""
     extra_files: tuple[tuple[str, str], ...] = ()
     current_edits: Callable[[], int | None] = lambda: None  # the document's count now
-    anchors: dict | None = None  # the session's prompt anchors by document (see prompt.Anchor)
+    anchor: AnchorSlot | None = None  # the document's prompt anchor (None: none is kept)
     language: str = ""  # the document's languageId, for the stats
     context: tuple[str, ...] = ()  # the context sources its prompt holds, for the stats
     corpora: tuple = ()  # token corpora the engine may draft from (``engine/corpus.py``)
-    # a prompt the client built itself, continued as it is (``completion.complete_raw``);
-    # None: a completion at ``cursor``
-    raw_prompt: str | None = None
     client_stops: ClientStops | None = None  # the client's own stop conditions
     client: str = ""  # which client asked (an HTTP client's name), for the stats
-    next_edit: NextEditAsk | None = None  # a next-edit request, not a completion
     # when the work gives the engine up (``engine/stop.py``; set through ``stop``)
     signal: StopSignal = field(default_factory=StopSignal)
     # the cursor's 0-based line, counted once here: ``at_same_place`` runs under the worker's
@@ -87,7 +88,16 @@ class Place:
         (``on_text``, ``shown_next``...) given; a fresh stop signal either way."""
         where = {f.name: getattr(place, f.name) for f in fields(Place) if f.init}
         del where["signal"]
-        return cls(**{**where, **own})  # (the work's own win: a place's ``next_edit``)
+        return cls(**{**where, **own})
+
+    @property
+    def anchored(self) -> Anchor | None:
+        return self.anchor.anchor if self.anchor is not None else None
+
+    def keep_anchor(self, anchor: Anchor | None) -> None:
+        """The prompt a request at this place uses next (kept where the place keeps one)."""
+        if self.anchor is not None and anchor is not None:
+            self.anchor.anchor = anchor
 
     def stale(self) -> bool:
         """Whether the document was edited since the work was asked (its result would be for
@@ -102,31 +112,10 @@ class Place:
         same_place = wanted_by is not None and self.at_same_place(wanted_by)
         self.signal.cancel(keep_chunk=same_place)
 
+    def same_document(self, other: Place) -> bool:
+        return (other.session, other.uri) == (self.session, self.uri)
+
     def at_same_place(self, other: Place) -> bool:
         """Same session and document, same cursor line (typing there extends the prompt: see
         ``prompt.Anchor``)."""
-        same_document = (other.session, other.uri) == (self.session, self.uri)
-        return same_document and other.line == self.line
-
-
-@dataclass
-class Job(Place):
-    """A completion request: someone waits for its future."""
-
-    on_text: Callable[[str], None] | None = None
-    signal: JobStop = field(default_factory=JobStop)  # pyright: ignore[reportIncompatibleVariableOverride]  (a narrower StopSignal, set once)
-    future: Future = field(default_factory=Future)
-    id: str = field(default_factory=new_id)  # the suggestion's id, if it becomes one
-    superseded: bool = False  # cancelled because a newer request for the document came
-    yielded: bool = False  # stopped after its share of the worker: another session waited
-    share_timer: Any = None  # the threading.Timer that ends its share, once one is due
-    timing: Timing = field(default_factory=Timing)  # arrived: when it was submitted
-    found: NextEdit | None = None  # a next-edit request's edits, once it ran
-
-
-@dataclass
-class WarmJob(Place):
-    """Prefill the prompt for a likely next request, and compute ahead the next keystrokes
-    there (``lookahead.py``); nobody waits for it."""
-
-    shown_next: str = ""  # the ghost text's first character there: typing it needs no model
+        return self.same_document(other) and other.line == self.line

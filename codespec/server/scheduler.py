@@ -5,9 +5,9 @@ The worker (``worker.py``) asks this under its lock and runs what it is told. Th
 * per (session, document) the newest request wins: submitting a job cancels the previous one
   for the same document (queued: it never starts; running: a decoding pass stops between two
   layers, a prefill chunk at its end when the new request is on the same line, whose prompt
-  shares that work, and between two layers otherwise). A next edit only cancels the previous
-  next edit: a completion asked before it is what the user waits to see, and a completion
-  cancels both (typing stops next edits);
+  shares that work, and between two layers otherwise). Which earlier requests a new one
+  supersedes is its kind's rule (``kinds.Job.supersedes``): a next edit only the previous next
+  edit, a completion both;
 * sessions are served round-robin, so one busy editor cannot starve another, and while another
   session's request waits, a running request gets ``JOB_SHARE_S`` from its start, then stops at
   its next pass and is answered with what it has (``Job.yielded``);
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..stats.record import Outcome
-from .places import Job, WarmJob
+from .kinds import Job, WarmJob
 
 MAX_QUEUED = 16  # requests waiting at once, all sessions together
 QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it is dropped
@@ -40,7 +40,6 @@ QUEUE_DEADLINE_S = 30.0  # the longest a request waits behind others before it i
 JOB_SHARE_S = 4.0
 
 Key = tuple[int, str]  # (session, document uri)
-LatestKey = tuple[int, str, bool]  # (session, document uri, whether a next edit)
 
 
 @dataclass
@@ -52,8 +51,8 @@ class Scheduler:
     clock: Callable[[], float] = time.perf_counter
     queues: dict[int, collections.deque[Job]] = field(default_factory=dict)
     order: collections.deque[int] = field(default_factory=collections.deque)  # round-robin
-    # each document's newest completion and newest next edit
-    latest: dict[LatestKey, Job] = field(default_factory=dict)
+    # each document's requests not answered yet, oldest first
+    unanswered: dict[Key, list[Job]] = field(default_factory=dict)
     warm_jobs: dict[Key, WarmJob] = field(default_factory=dict)  # newest last
     running: Job | WarmJob | None = None
     ready_since: float | None = None  # when the model was first ready (None: it loads)
@@ -63,13 +62,13 @@ class Scheduler:
     def submit(self, job: Job) -> list[tuple[Job, Outcome]]:
         """Queue ``job``: the document's previous request is superseded, a running warm-up
         stopped. Returns the requests to answer empty now (the oldest past ``MAX_QUEUED``)."""
-        kinds = (True,) if job.next_edit is not None else (False, True)
-        for next_edit in kinds:  # (what this request supersedes: see the module's docstring)
-            previous = self.latest.pop((job.session, job.uri, next_edit), None)
-            if previous is not None:
+        earlier = self.unanswered.get((job.session, job.uri), [])
+        for previous in earlier:
+            if job.supersedes(previous):
                 previous.superseded = True
                 previous.stop(wanted_by=job)
-        self.latest[latest_key(job)] = job
+        kept = [previous for previous in earlier if not previous.superseded]
+        self.unanswered[(job.session, job.uri)] = [*kept, job]
         if isinstance(self.running, WarmJob):
             self.running.stop(wanted_by=job)  # a request outranks any warm-up
         self.queues.setdefault(job.session, collections.deque()).append(job)
@@ -113,7 +112,7 @@ class Scheduler:
             job.signal.cancel(keep_chunk=True)  # queued: it never starts
         if self.running is not None and self.running.session == session:
             self.running.stop()
-        self.latest = {k: v for k, v in self.latest.items() if k[0] != session}
+        self.unanswered = {k: v for k, v in self.unanswered.items() if k[0] != session}
         if session in self.order:
             self.order.remove(session)
 
@@ -160,10 +159,14 @@ class Scheduler:
             self.answered(job)
 
     def answered(self, job: Job) -> None:
-        """``job`` has its answer (run, or answered empty): it is no longer its document's
-        newest request, so a later one does not supersede it."""
-        if self.latest.get(latest_key(job)) is job:
-            del self.latest[latest_key(job)]
+        """``job`` has its answer (run, or answered empty): a later request does not supersede
+        it."""
+        key = (job.session, job.uri)
+        left = [other for other in self.unanswered.get(key, []) if other is not job]
+        if left:
+            self.unanswered[key] = left
+        else:
+            self.unanswered.pop(key, None)
 
     def share_left(self) -> float | None:
         """Seconds the running request may still take while another session's request waits
@@ -188,7 +191,3 @@ class Scheduler:
 
     def waiting(self) -> int:
         return sum(len(q) for q in self.queues.values())
-
-
-def latest_key(job: Job) -> LatestKey:
-    return (job.session, job.uri, job.next_edit is not None)

@@ -1,11 +1,12 @@
 """One editor connection = one LSP session (pygls), all sharing the daemon's engine worker.
 
-This module is the connection: the typed server, the protocol's document sync, reading frames
-and dispatching them. The handlers are module functions over the server in ``handlers.py``;
-``jobs.py`` turns a request into a job for the worker and its result into LSP types. What a
-session keeps lives in ``state.py``, the raw-message rules pygls lacks in ``lifecycle.py``,
-text sync and positions in ``documents.py``. A session only ever sees the
-documents its client opened: nothing is read from disk, whatever a URI names.
+This module is the connection: the protocol's document sync, reading frames and dispatching
+them. The handlers are module functions over the typed server (``session_server.py``) in
+``handlers.py``; ``jobs.py`` turns a request into a job for the worker and its result into LSP
+types. What a session keeps lives in ``state.py`` (one record per open document), the
+raw-message rules pygls lacks in ``lifecycle.py``, text sync and positions in
+``documents.py``. A session only ever sees the documents its client opened: nothing is read
+from disk, whatever a URI names.
 """
 
 from __future__ import annotations
@@ -15,28 +16,23 @@ import functools
 import json
 import logging
 import os
-import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInternalError
-from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from ..stats.store import Store
 from ..stats.verdicts import Ledger
-from ..workspace.accepted import AcceptedCompletions
-from ..workspace.index import Workspaces
 from . import folders, handlers
 from .config import Settings
 from .documents import Document, change_end_offset
 from .framing import FramingError, check_message, error_reply, frame, read_frame
 from .jobs import schedule_warm
 from .lifecycle import DROP, admit, normalize, plain_strings
-from .state import SessionState
-from .worker import Worker
+from .session_server import CodespecServer
+from .state import OpenDocument, SessionState
+from .view import DaemonView
 
 log = logging.getLogger("codespec.session")
 PID_MAX = 1 << 22  # Linux's largest pid_max
@@ -48,61 +44,16 @@ MAX_UNREAD_BYTES = 16 << 20
 OFF_LOOP_EDIT_CHARS = 8_000_000
 
 
-class CodespecServer(LanguageServer):
-    """One session's pygls server, with what its handlers use declared: the session's state,
-    the daemon's worker, its stats store and whether the model is loaded yet."""
-
-    protocol: CodespecProtocol  # pyright: ignore[reportIncompatibleVariableOverride]  (the subclass pygls is given)
-
-    def __init__(
-        self,
-        state: SessionState,
-        worker: Worker,
-        store: Store | None = None,
-        model_ready: threading.Event | None = None,
-        engine_status: dict | None = None,
-        workspaces: Workspaces | None = None,
-        accepted: AcceptedCompletions | None = None,
-    ) -> None:
-        super().__init__("codespec", "0.1.0", protocol_cls=CodespecProtocol)
-        self.session = state
-        self.worker = worker
-        self.store = store
-        self.model_ready = model_ready  # set once the daemon's model is loaded (None: it is)
-        # the daemon's engine state, shared by every session: {"state", "message"}
-        self.engine_status = engine_status if engine_status is not None else {"state": "ready"}
-        self.protocol.session = state
-        self.workspaces = workspaces  # the daemon's workspace indexes (None: no workspace context)
-        self.accepted = accepted  # the completions users accepted, to draft from (None: not kept)
-        # the loaded model's prefill rate (tokens/s; None while it loads), set by the daemon
-        self.prefill_rate: Callable[[], float | None] = lambda: None
-        # whether prompts go to a remote server (context from other files is redacted then)
-        self.engine_is_remote: Callable[[], bool] = lambda: False
-        # the daemon's models and the switch to another (``switching.py``), set by the daemon
-        self.list_models: Callable[[], Awaitable[list[dict]]] = _no_models
-        self.choose_model: Callable[[str], Awaitable[dict]] = _no_switch
-
-    def report_server_error(self, error: Exception, source: Any) -> None:
-        """pygls would show the editor a message with Python exception text; log it instead
-        (a bad notification is the client's problem, not the user's)."""
-        log.debug("session error (%s): %s", getattr(source, "__name__", source), error)
-
-
-async def _no_models() -> list[dict]:
-    return []
-
-
-async def _no_switch(name: str) -> dict:
-    raise ValueError("this server cannot switch models")
-
-
 class CodespecProtocol(LanguageServerProtocol):
     """pygls's protocol, made safe to share a process with other sessions; documents are kept
     in the session (``documents.py``), not in pygls's workspace, which would read a URI it
     does not know from disk."""
 
-    session: SessionState
     _server: CodespecServer  # pyright: ignore[reportIncompatibleVariableOverride]  (the subclass it serves)
+
+    @property
+    def session(self) -> SessionState:
+        return self._server.session
 
     @property
     def encoding(self) -> str:
@@ -127,24 +78,25 @@ class CodespecProtocol(LanguageServerProtocol):
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         item = params.text_document
         doc = Document(item.uri, item.text, item.version, item.language_id or "")
-        self.session.documents[item.uri] = doc
+        self.session.opened(doc)
         folders.document_opened(self._server, doc)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
-        doc = self.session.documents.get(params.text_document.uri)
-        if doc is None:
+        record = self.session.documents.get(params.text_document.uri)
+        if record is None:
             log.debug("didChange for a document that is not open: ignored")
             return
         for change in params.content_changes:
-            doc.apply(change, self.encoding)
-        self.changed(doc, params)
+            record.document.apply(change, self.encoding)
+        self.changed(record, params)
 
     async def change_off_loop(self, message: dict) -> None:
         """A costly didChange (``costly_change``): read and applied to a copy on a thread. This
         session reads its next message only once the copy is in place, so nothing of it
         overtakes the edit."""
-        doc = self.session.documents[message["params"]["textDocument"]["uri"]]
+        record = self.session.documents[message["params"]["textDocument"]["uri"]]
+        doc = record.document
 
         def read_and_apply() -> tuple[types.DidChangeTextDocumentParams, Document] | None:
             try:
@@ -160,31 +112,27 @@ class CodespecProtocol(LanguageServerProtocol):
         if done is not None:
             params, edited = done
             doc.take(edited)
-            self.changed(doc, params)
+            self.changed(record, params)
 
-    def changed(self, doc: Document, params: types.DidChangeTextDocumentParams) -> None:
+    def changed(self, record: OpenDocument, params: types.DidChangeTextDocumentParams) -> None:
         """After a didChange was applied: its version, the verdicts, a warm-up where it ended."""
+        doc = record.document
         doc.version = params.text_document.version
         self.session.ledger.document_changed(doc.uri, doc.text)  # accepted? typed over?
         if params.content_changes:  # edits settle where the last change ended: warm there
             offset = change_end_offset(doc, params.content_changes[-1], self.encoding)
             if offset is not None:
-                schedule_warm(self._server, offset, doc)
+                schedule_warm(self._server, offset, record)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  (pygls registers it by name; it returns nothing)
         uri = params.text_document.uri
         state = self.session
-        if (closed := state.documents.pop(uri, None)) is not None:
-            folders.document_opened(self._server, closed)  # its last text, as the editor had it
-        state.context_memory.pop(uri, None)
-        state.snippet_memory.pop(uri, None)
-        state.anchors.pop(uri, None)
-        state.shown.pop(uri, None)
+        if (closed := state.closed(uri)) is not None:
+            # its last text, as the editor had it
+            folders.document_opened(self._server, closed.document)
         state.ledger.document_closed(uri)
-        if (timer := state.warm_timers.pop(uri, None)) is not None:
-            timer.cancel()
-        self._server.worker.forget_document(state.id, uri)
+        self._server.daemon.worker.forget_document(state.id, uri)
 
     def _send_data(self, data: Any) -> None:
         error = getattr(data, "error", None)
@@ -206,20 +154,12 @@ class CodespecProtocol(LanguageServerProtocol):
         super()._send_data(data)
 
 
-def create_session(
-    worker: Worker,
-    defaults: Settings,
-    model_ready: threading.Event | None = None,
-    store: Store | None = None,
-    engine_status: dict | None = None,
-    workspaces: Workspaces | None = None,
-    accepted: AcceptedCompletions | None = None,
-) -> CodespecServer:
+def create_session(daemon: DaemonView, defaults: Settings) -> CodespecServer:
     """A fresh server for one connection, with codespec's handlers (``handlers.py``)."""
     state = SessionState(settings=defaults)
-    if store is not None:
-        state.ledger = Ledger(store.put_verdict)
-    ls = CodespecServer(state, worker, store, model_ready, engine_status, workspaces, accepted)
+    if daemon.store is not None:
+        state.ledger = Ledger(daemon.store.put_verdict)
+    ls = CodespecServer(state, daemon, CodespecProtocol)
     state.ledger.on_taken = functools.partial(folders.learn_accepted, ls)
     handlers.register(ls)
     return ls
@@ -231,7 +171,8 @@ async def serve_connection(
     """Read frames until EOF (or non-LSP bytes); check each message (``lifecycle.admit``)
     and dispatch it to the session's protocol. Every request gets exactly one reply."""
     protocol = ls.protocol
-    state = protocol.session
+    assert isinstance(protocol, CodespecProtocol)  # (create_session made it so)
+    state = ls.session
     protocol.set_writer(writer)  # type: ignore[arg-type]  (an asyncio StreamWriter: pygls only calls write and close)
     watcher = asyncio.ensure_future(_watch_client(ls, writer))
     try:
@@ -264,8 +205,7 @@ async def serve_connection(
                 break
     finally:
         watcher.cancel()
-        for timer in state.warm_timers.values():
-            timer.cancel()  # no warm-up for a session that has ended
+        state.end()  # no warm-up for a session that has ended
         state.ledger.end()  # what is still shown was left unaccepted
         writer.close()
 
@@ -278,10 +218,10 @@ def costly_change(state: SessionState, message: dict) -> bool:
     if not isinstance(params, dict) or not isinstance(params.get("textDocument"), dict):
         return False
     changes, uri = params.get("contentChanges"), params["textDocument"].get("uri")
-    doc = state.documents.get(uri) if isinstance(uri, str) else None
-    if doc is None or not isinstance(changes, list):
+    record = state.documents.get(uri) if isinstance(uri, str) else None
+    if record is None or not isinstance(changes, list):
         return False
-    return len(changes) * max(len(doc.text), 1) > OFF_LOOP_EDIT_CHARS
+    return len(changes) * max(len(record.document.text), 1) > OFF_LOOP_EDIT_CHARS
 
 
 def dispatch(protocol: Any, message: dict, writer: asyncio.StreamWriter) -> None:

@@ -12,7 +12,6 @@ sessions' connections end with the old program; each relay replays its session t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -23,8 +22,7 @@ from ..models.listing import EMBEDDED, model_rows
 from ..models.user_models import manifest_for_model
 
 if TYPE_CHECKING:
-    from .daemon import Daemon
-    from .http.listen import HttpFront
+    pass
 
 LISTENING_FDS = "--listening-fds"  # (hidden) "SOCKET,LOCK": inherited from the daemon before
 MODEL_FLAGS = ("--model", "--draft-model", "--pair")  # each takes one value
@@ -100,28 +98,3 @@ def run_again(argv: list[str], socket_fd: int, lock_fd: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "codespec", *argv])
-
-
-async def run_again_with(
-    daemon: Daemon,
-    argv: list[str],
-    flags: list[str],
-    servers: list[asyncio.Server],
-    front: HttpFront | None,
-    lock: int,
-) -> NoReturn:
-    """A model switch: answer what is asked (empty), keep what was recorded, then become the
-    daemon of the other model on the same listening socket (``switching.py``)."""
-    for server in servers[1:]:  # TCP: the new program listens there again
-        server.close()
-    if front is not None:
-        await front.stop()
-    daemon.worker.cancel_everything()
-    await asyncio.sleep(0.3)  # the empty answers reach their sessions before they close
-    for ls in list(daemon.sessions.values()):
-        ls.session.ledger.end()
-    if daemon.store is not None:
-        daemon.store.close()
-    listening = servers[0].sockets[0].fileno()
-    print(f"codespec: switching to {' '.join(flags[1:])}", file=sys.stderr, flush=True)
-    run_again(restart_argv(argv, flags, (listening, lock)), listening, lock)

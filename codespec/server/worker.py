@@ -1,5 +1,7 @@
 """The engine worker: one thread owns the model and runs what the scheduler picks.
 
+It keeps the lifecycle only; what a job does is its kind's (``kinds.py``).
+
 What runs next (newest request per document, sessions in turn, bounded queue, deadlines, a
 request's share of the worker while others wait, warm-ups when nobody waits) is
 ``scheduler.py``'s to decide; this module runs it:
@@ -29,14 +31,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..completion import CompletionResult, complete, complete_raw, prompt_at, raw_prompt
-from ..lookahead import likely_next_chars, next_key_prompts
+from ..completion import CompletionResult
 from ..memory import return_freed_memory
-from ..nextedit.suggest import suggest
 from ..stats.record import Outcome, request_row
-from ..stops import Mode
 from .counters import WorkerStats
-from .places import Job, NextEditAsk, WarmJob
+from .kinds import Job, Warmed, WarmJob
 from .scheduler import JOB_SHARE_S, QUEUE_DEADLINE_S, Scheduler
 
 if TYPE_CHECKING:
@@ -57,14 +56,12 @@ class Worker:
     def __init__(
         self,
         get_pair: Callable[[], LoadedPair],
-        pass_delay_s: float = 0.0,
         record: Callable[[dict], None] | None = None,
         queue_deadline_s: float = QUEUE_DEADLINE_S,
         job_share_s: float = JOB_SHARE_S,
     ) -> None:
         self.get_pair = get_pair  # blocks until the model is loaded; raises if loading failed
         self.record = record  # takes each request's stats row (see codespec/stats/record.py)
-        self.pass_delay_s = pass_delay_s  # testing aid: slow each target pass down
         self.scheduler = Scheduler(queue_deadline_s, job_share_s)
         self.cond = threading.Condition()  # guards the scheduler
         self.stats = WorkerStats()
@@ -137,19 +134,12 @@ class Worker:
         if outcome == Outcome.CANCELLED and job.superseded:
             outcome = Outcome.SUPERSEDED
         job.timing.done = job.timing.done or time.perf_counter()
-        mode = result.mode if result is not None else job.options.mode
-        kinds = {Mode.LINE: "single", Mode.BLOCK: "multi", Mode.NONE: "none"}
-        kind = kinds[mode] if mode is not None else "none"
-        if job.raw_prompt is not None:
-            kind = "raw"
-        if job.next_edit is not None:
-            kind = "next-edit"
         try:
             self.record(
                 request_row(
                     job.id,
                     job.language,
-                    kind,
+                    job.stats_kind(result),
                     "invoked" if job.options.invoked else "auto",
                     outcome,
                     job.timing,
@@ -241,9 +231,8 @@ class Worker:
             return
         outcome, result, error = self._outcome(job)
         self._finish(job, outcome, result, error)
-        if outcome.ran and result is not None and result.stats is not None:
-            if result.anchor is not None and job.options.look_ahead_keys:
-                self._look_ahead_after(job, result.text[:1])  # (not where the model did not run)
+        if outcome.ran and result is not None and (follow_up := job.follow_up(result)):
+            self.warm(follow_up)
 
     def _outcome(self, job: Job) -> tuple[Outcome, CompletionResult | None, Exception | None]:
         """Run ``job`` unless it is cancelled or stale: (outcome, its result, its failure)."""
@@ -255,33 +244,7 @@ class Worker:
             pair = self._pair()
             engine = pair.engine
             job.signal.probe = engine.passes_run  # (cancel checks count the passes)
-            result: CompletionResult
-            if job.next_edit is not None:
-                result = self._next_edits(pair, job, job.next_edit)
-            elif job.raw_prompt is not None:
-                result = complete_raw(
-                    pair,
-                    job.raw_prompt,
-                    job.options,
-                    stop=job.signal,
-                    on_text=self._on_text(job),
-                    client_stops=job.client_stops,
-                )
-            else:
-                result = complete(
-                    pair,
-                    job.cursor,
-                    job.options,
-                    path=job.path,
-                    extra_files=job.extra_files,
-                    stop=job.signal,
-                    on_text=self._on_text(job),
-                    anchor=job.anchors.get(job.uri) if job.anchors is not None else None,
-                    corpora=job.corpora,
-                    client_stops=job.client_stops,
-                )
-            if job.anchors is not None and result.anchor is not None:
-                job.anchors[job.uri] = result.anchor
+            result = job.run(pair, self._on_text(job))
         except Exception as exc:  # the model call failed: this job fails, the worker goes on
             return Outcome.FAILED, None, exc
         answered = Outcome.SERVED if result.text else Outcome.EMPTY
@@ -297,24 +260,6 @@ class Worker:
             }
             return Outcome.CANCELLED, result, None
         return answered, result, None
-
-    @staticmethod
-    def _next_edits(pair: LoadedPair, job: Job, ask: NextEditAsk) -> CompletionResult:
-        """A next-edit request (``nextedit/suggest.py``), on the user's next-edit model where
-        there is one: its edits are kept on the job, the updated window the model wrote is the
-        result's text (an empty one: no suggestion)."""
-        model = pair.next_edit or pair
-        separator = model.manifest.tokens.file_sep
-        if not separator:  # a model without repository tokens: no prompt to write
-            return CompletionResult("", Mode.NONE, None)
-        job.found = found = suggest(
-            model.engine, model.tokenizer, separator, job.path or "file", ask.text, ask.line,
-            ask.history, stop=job.signal,
-        )  # fmt: skip
-        text = found.updated if found.shown(ask.least_confidence) is not None else ""
-        return CompletionResult(
-            text, Mode.BLOCK, found.stats, prompt_tokens=found.prompt_tokens, tokens=found.tokens
-        )
 
     def _finish(
         self, job: Job, outcome: Outcome, result: CompletionResult | None, error: Exception | None
@@ -347,11 +292,6 @@ class Worker:
         else:
             job.future.set_result(result if answered else None)
 
-    def _look_ahead_after(self, job: Job, shown_next: str) -> None:
-        """While the user reads the answer, compute ahead the next keystrokes at its place
-        (a warm-up of that place, whose prompt is cached already)."""
-        self.warm(WarmJob.at(job, shown_next=shown_next))
-
     def _warm(self, job: WarmJob) -> None:
         if job.signal.cancelled or job.stale():
             return
@@ -359,38 +299,18 @@ class Worker:
         warming = pair.engine.warming
         if warming is None:
             return  # a remote engine: its server keeps its own prompt cache
-        if job.raw_prompt is not None:  # a client's own prompt: computed, nothing ahead
-            prompt, _ = raw_prompt(pair, job.raw_prompt, job.options.max_tokens)
-            self.stats.warm_tokens += warming.warm(prompt, job.signal)
-            self.stats.warmed += 1
-            return
-        # the prompt a request here would use: typing at an anchored cursor extends its prompt
-        anchored = job.anchors.get(job.uri) if job.anchors is not None else None
-        prompt, anchor = prompt_at(
-            pair, job.cursor, job.options, job.path, job.extra_files, anchor=anchored
-        )
-        computed = warming.warm(prompt, job.signal)
-        if job.anchors is not None:
-            job.anchors[job.uri] = anchor  # a request at this place uses exactly this prompt
+        self._count_warm_up(job.run(pair, warming))
+
+    def _count_warm_up(self, warmed: Warmed) -> None:
         self.stats.warmed += 1
-        self.stats.warm_tokens += computed
-        self.stats.warm_preempted += job.signal.cancelled
-        keys = job.options.look_ahead_keys
-        if keys and not job.signal.cancelled:
-            tokenizer, cursor = pair.tokenizer, job.cursor
-
-            def next_prompts(logits) -> list[list[int]]:
-                chars = likely_next_chars(tokenizer, logits, keys, skip=job.shown_next)
-                return next_key_prompts(tokenizer, anchor, cursor.prefix, cursor.suffix, chars)
-
-            rows = warming.look_ahead(prompt, next_prompts, job.signal)
-            self.stats.looked_ahead += rows > 0
-            self.stats.ahead_rows += rows
+        self.stats.warm_tokens += warmed.tokens
+        self.stats.warm_preempted += warmed.preempted
+        if warmed.ahead_rows is not None:
+            self.stats.looked_ahead += warmed.ahead_rows > 0
+            self.stats.ahead_rows += warmed.ahead_rows
 
     def _on_text(self, job: Job) -> Callable[[str], None]:
         def on_text(text: str) -> None:
-            if self.pass_delay_s:  # (each text, the first too, comes as late as on a slow CPU)
-                time.sleep(self.pass_delay_s)
             if job.timing.first_text is None:
                 job.timing.first_text = time.perf_counter()
             if job.on_text is not None and not job.signal.cancelled:

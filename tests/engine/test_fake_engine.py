@@ -151,3 +151,22 @@ def test_the_policy_verifies_what_pays_at_the_prices_it_measured(per_row_s, veri
         assert len(chain) == offered > 1
     else:
         assert len(proposal.tree) == 0
+
+
+def test_a_slowed_generator_emits_the_same_tokens_each_run_later():
+    """``serve --test-pass-delay``'s wrapper: the same tokens and stats, each run of accepted
+    tokens ``delay_s`` late (so the whole takes at least a delay per run)."""
+    import time
+
+    from codespec.generator import SlowedGenerator
+
+    e = engine()
+    expected, _ = run(e, PROMPT, max_tokens=12, speculate=False)
+    slowed = SlowedGenerator(e, 0.05)
+    assert slowed.label == e.label and slowed.warming is e.warming
+    started = time.perf_counter()
+    generation = slowed.generate(PROMPT, GenerationParams(max_tokens=12, speculate=False))
+    runs = sum(1 for _ in generation)
+    took = time.perf_counter() - started
+    assert generation.tokens == expected and generation.stats.tokens == 12
+    assert runs >= 2 and took >= 0.05 * runs

@@ -10,7 +10,6 @@ typing at a place extends the cached prompt as it does for an editor session.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -23,11 +22,12 @@ from ...settings import completion_options
 from ...stats.record import client_label
 from ...stops import CLOSERS, QUOTES, Cursor, decide_mode
 from ...tokenizer import break_specials
-from ...workspace.redaction import redact
 from ..config import Settings
 from ..jobs import apply_multiline_policy
-from ..places import Job, Place, WarmJob
-from ..worker import ModelUnavailable, Worker
+from ..kinds import CompletionJob, Job, RawPromptJob, RawWarmJob, WarmJob
+from ..places import AnchorSlot, Place
+from ..view import DaemonView
+from ..worker import ModelUnavailable
 from .answers import Answer
 from .chat import chat_prompt
 from .wire import MAX_PREDICT, Ask, fim_parts
@@ -42,10 +42,14 @@ _session_ids = itertools.count(1 << 30)  # apart from the LSP sessions' ids
 
 @dataclass
 class ClientSession:
-    """What the front keeps per HTTP client: its scheduler session and prompt anchors."""
+    """What the front keeps per HTTP client: its scheduler session and a prompt anchor per
+    endpoint (each endpoint is a document to the scheduler)."""
 
     id: int = field(default_factory=lambda: next(_session_ids))
-    anchors: dict = field(default_factory=dict)
+    anchors: dict[str, AnchorSlot] = field(default_factory=dict)
+
+    def anchor(self, endpoint: str) -> AnchorSlot:
+        return self.anchors.setdefault(endpoint, AnchorSlot())
 
 
 def client_name(user_agent: str | None, endpoint: str) -> str:
@@ -58,19 +62,12 @@ def client_name(user_agent: str | None, endpoint: str) -> str:
 class Front:
     """Builds and reads the jobs of HTTP requests."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        settings: Settings,
-        model_ready: threading.Event,
-        loaded: Callable[[], LoadedPair | None],
-        engine_is_remote: Callable[[], bool],
-    ) -> None:
-        self.worker = worker
+    def __init__(self, daemon: DaemonView, settings: Settings) -> None:
+        self.daemon = daemon
+        self.worker = daemon.worker
         self.settings = settings
-        self.model_ready = model_ready
-        self.loaded = loaded  # the model pair once loaded (None until then, or if it failed)
-        self.engine_is_remote = engine_is_remote
+        self.model_ready = daemon.model_ready
+        self.loaded = daemon.loaded  # the model pair once loaded (None until then, or if it failed)
         self.clients: dict[str, ClientSession] = {}
 
     def session(self, client: str) -> ClientSession:
@@ -139,10 +136,7 @@ class Front:
         stops = ClientStops(ask.stop_words, ask.min_indent, ask.predict_s)
         language = language_for(ask.language, ask.path) if ask.prompt is None else GENERIC
         cursor = Cursor(ask.prefix, ask.suffix, language)
-        extra = ask.extra_files
-        if extra and self.engine_is_remote():  # as the LSP path: docs/remote.md
-            extra = () if not settings.remote_workspace_context else extra
-            extra = tuple((name, redact(text)) for name, text in extra)
+        extra = self.daemon.outbound(ask.extra_files, settings.remote_workspace_context)
         if ask.prompt is None:
             syntax = decide_mode(cursor, False, settings.complete_mid_word)
             options.mode = apply_multiline_policy(syntax, settings.multiline)
@@ -154,24 +148,32 @@ class Front:
             options=options,
             path=ask.path or "",
             extra_files=extra,
-            anchors=session.anchors,
+            anchor=session.anchor(ask.endpoint),
             language=ask.language or ("raw" if ask.prompt is not None else language.name),
             context=("client",) if extra else (),
-            raw_prompt=ask.prompt,
             client_stops=stops if stops else None,
             client=client,
         )
 
     def submit(self, ask: Ask, client: str, on_text: Callable[[str], None] | None) -> Job:
         """The request as a job on the worker (its future answers it)."""
-        job = Job.at(self.place(ask, client), on_text=on_text)
+        place = self.place(ask, client)
+        job: Job
+        if ask.prompt is not None:
+            job = RawPromptJob.at(place, on_text=on_text, prompt=ask.prompt)
+        else:
+            job = CompletionJob.at(place, on_text=on_text)
         self.worker.submit(job)
         return job
 
     def prepare(self, ask: Ask, client: str) -> None:
         """``n_predict: 0``: compute the prompt ahead (a warm-up), as llama.vim asks while the
         user is idle so that its next request finds ``input_extra`` cached."""
-        self.worker.warm(WarmJob.at(self.place(ask, client)))
+        place = self.place(ask, client)
+        if ask.prompt is not None:
+            self.worker.warm(RawWarmJob.at(place, prompt=ask.prompt))
+        else:
+            self.worker.warm(WarmJob.at(place))
 
     def model_label(self) -> str:
         pair = self.loaded()
@@ -231,7 +233,7 @@ def syntax_check(job: Job) -> Callable[[str], bool] | None:
     """For a completion at a cursor in a document that parses as it is: whether it still
     parses with a given completion there (None: shaping will not cut by syntax)."""
     cursor = job.cursor
-    if job.raw_prompt is not None:
+    if not isinstance(job, CompletionJob):
         return None
     if has_syntax_error(cursor.language, cursor.prefix + cursor.suffix) is not False:
         return None

@@ -19,7 +19,8 @@ from .front import Front
 from .guard import GuardedH11Protocol
 
 if TYPE_CHECKING:
-    from ..daemon import Daemon
+    from ..config import Settings
+    from ..view import DaemonView
 
 GRACEFUL_STOP_S = 2
 
@@ -113,15 +114,11 @@ class HttpFront:
         self.sock.close()
 
 
-def start_http_front(daemon: Daemon, sock: socket.socket, admission: Admission) -> HttpFront:
+def start_http_front(
+    daemon: DaemonView, settings: Settings, sock: socket.socket, admission: Admission
+) -> HttpFront:
     """The HTTP front (``server/http``) on ``sock``, serving from the daemon's worker."""
-    front = Front(
-        daemon.worker,
-        daemon.settings,
-        daemon.slot.ready,
-        daemon.loaded_pair,
-        daemon.engine_is_remote,
-    )
+    front = Front(daemon, settings)
     http = HttpFront(build_app(front, admission), sock)
     http.start()
     return http

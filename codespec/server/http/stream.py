@@ -15,7 +15,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..places import Job
+from ..kinds import Job
 from . import answers
 from .answers import Answer
 from .front import Front, streamable, syntax_check
