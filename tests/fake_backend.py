@@ -13,6 +13,8 @@ cancellation and look-ahead run on it as on a real backend.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from codespec.engine import prefill
@@ -111,7 +113,7 @@ class FakeBackend:
         all_logits: bool = True,
         stop: StopSignal | None = None,
     ) -> np.ndarray:
-        self.end_look_ahead()
+        self.ahead.end()
         past = len(self.ids)
         mask = None
         if tree_mask is not None:
@@ -133,11 +135,11 @@ class FakeBackend:
     # -- cache edits --------------------------------------------------------------------------
 
     def keep(self, n: int, extra: list[int]) -> None:
-        self.end_look_ahead()
+        self.ahead.end()
         self.ids = self.ids[:n] + [self.ids[i] for i in extra]
 
     def crop(self, n: int) -> None:
-        self.end_look_ahead()
+        self.ahead.end()
         self.ids = self.ids[:n]
 
     def reset(self) -> None:
@@ -156,28 +158,11 @@ class FakeBackend:
     def continue_on(self, shared: int) -> None:
         self.ids = self.ids[:shared]
 
-    # -- look-ahead ---------------------------------------------------------------------------
 
-    @property
-    def looking_ahead(self) -> bool:
-        return self.ahead.standing is not None
+if TYPE_CHECKING:  # pyright holds the fake to the three seams it stands in for
+    from codespec.engine.ahead import RowCache
+    from codespec.engine.backend import TargetBackend
 
-    def look_ahead(
-        self,
-        prompts: list[list[int]],
-        known: dict[tuple[int, ...], np.ndarray] | None = None,
-        stop: StopSignal | None = None,
-    ) -> int:
-        return self.ahead.look_ahead(prompts, known, stop)
-
-    def looked_ahead(self, ids: list[int]) -> bool:
-        return self.ahead.looked_ahead(ids)
-
-    def ahead_logits(self, ids: list[int]) -> np.ndarray | None:
-        return self.ahead.ahead_logits(ids)
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> np.ndarray | None:
-        return self.ahead.end(ids)
-
-    def sequence(self) -> list[int]:
-        return self.ahead.sequence()
+    _as_target: TargetBackend = FakeBackend()
+    _as_places: prefill.Places = FakeBackend()
+    _as_rows: RowCache = FakeBackend()

@@ -12,15 +12,18 @@ tree's nodes, which are no sequence: ``end`` turns it back into one (the branch 
 or the longest one it can use). The cached model's other operations (``crop``, ``keep``,
 ``forward``) end a standing look-ahead first.
 
-``TreeLookAhead`` is the torch backend's (``kvcache.CachedModel`` holds one); it sees the model
-only through ``RowCache``. ``ggml/ahead.py`` is the ggml backend's; both answer ``looked_ahead``
-and ``ahead_logits`` through ``computed_ahead``.
+A backend's look-ahead is one object on the backend seam, ``target.ahead`` (a ``LookAhead``):
+what every backend answers alike (is a prompt computed ahead, and its logits) is written once
+here; how rows are computed and kept is each backend's. ``TreeLookAhead`` is the torch
+backend's (``kvcache.CachedModel`` holds one; it sees the model only through ``RowCache``);
+``ggml/ahead.py`` is the ggml backend's.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,7 +34,7 @@ from .tree import Candidate, Logits, TokenTree
 
 
 @dataclass
-class LookAhead:
+class AheadTree:
     """Prompts computed ahead, in one tree pass, past the ``root`` cached positions they share."""
 
     root: int
@@ -39,14 +42,66 @@ class LookAhead:
     logits: dict[tuple[int, ...], Logits]  # a prompt's ids past ``root`` -> its logits
 
 
-def computed_ahead(
-    cached: list[int], root: int, logits: dict[tuple[int, ...], Logits], ids: list[int]
-) -> Logits | None:
-    """The logits after ``ids`` if it is one of the prompts computed ahead past ``root`` of the
-    ``cached`` ids (its prefill is then free), else None. Every backend answers alike."""
-    if cached[:root] != ids[:root]:
-        return None
-    return logits.get(tuple(ids[root:]))
+class Standing(Protocol):
+    """A standing look-ahead, as every backend keeps one: the cached positions its prompts
+    share, and each prompt's logits by its ids past them."""
+
+    root: int
+    logits: dict[tuple[int, ...], Logits]
+
+
+S = TypeVar("S", bound=Standing)
+
+
+class LookAhead(ABC, Generic[S]):
+    """A backend's prompts computed ahead (``target.ahead``); ``standing`` is the current
+    look-ahead, if any. The questions are answered here, the same for every backend; the
+    subclass computes, ends and spells."""
+
+    standing: S | None = None
+
+    @abstractmethod
+    def cached_ids(self) -> list[int]:
+        """The ids the cache holds as text (a look-ahead's rows are past ``root`` of them)."""
+
+    @abstractmethod
+    def look_ahead(
+        self,
+        prompts: list[list[int]],
+        known: dict[tuple[int, ...], Logits] | None = None,
+        stop: StopSignal | None = None,
+    ) -> int:
+        """Compute the rows of ``prompts`` ahead and keep them with their last logits, for a
+        prefill of one of them; return the rows computed. ``known``: prompts the cache holds
+        whose logits the caller has. ``stop`` drops the pass it stops (earlier passes stay)."""
+
+    @abstractmethod
+    def end(self, ids: list[int] | None = None) -> Logits | None:
+        """End a standing look-ahead (none: nothing to do): when ``ids`` is one of its prompts,
+        the cache holds it after and its logits are returned; else None."""
+
+    @abstractmethod
+    def sequence(self) -> list[int]:
+        """The ids cached as a plain sequence (a look-ahead's rows come after them)."""
+
+    @property
+    def looking_ahead(self) -> bool:
+        """Whether a look-ahead stands (the cache is more than a plain sequence)."""
+        return self.standing is not None
+
+    def looked_ahead(self, ids: list[int]) -> bool:
+        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
+        return self.ahead_logits(ids) is not None
+
+    def ahead_logits(self, ids: list[int]) -> Logits | None:
+        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
+        ahead = self.standing
+        if ahead is None:
+            return None
+        root = ahead.root
+        if self.cached_ids()[:root] != ids[:root]:
+            return None
+        return ahead.logits.get(tuple(ids[root:]))
 
 
 class RowCache(Protocol):
@@ -69,24 +124,15 @@ class RowCache(Protocol):
     ) -> Logits: ...
 
 
-class TreeLookAhead:
-    """Prompts computed ahead as token trees over a ``RowCache``; ``standing`` is the current
-    look-ahead, if any."""
+class TreeLookAhead(LookAhead[AheadTree]):
+    """Prompts computed ahead as token trees over a ``RowCache``."""
 
     def __init__(self, cache: RowCache) -> None:
         self.cache = cache
-        self.standing: LookAhead | None = None
+        self.standing = None
 
-    def looked_ahead(self, ids: list[int]) -> bool:
-        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
-        return self.ahead_logits(ids) is not None
-
-    def ahead_logits(self, ids: list[int]) -> Logits | None:
-        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
-        ahead = self.standing
-        if ahead is None:
-            return None
-        return computed_ahead(self.cache.ids, ahead.root, ahead.logits, ids)
+    def cached_ids(self) -> list[int]:
+        return self.cache.ids
 
     def look_ahead(
         self,
@@ -148,7 +194,7 @@ class TreeLookAhead:
 
     def _new_look_ahead(
         self, wanted: list[list[int]], known: dict[tuple[int, ...], Logits]
-    ) -> LookAhead:
+    ) -> AheadTree:
         """An empty look-ahead rooted where ``wanted`` and the cache part. A ``known`` prompt
         the cache holds stays cached: its ids past the root become the tree's first nodes (at
         the positions they have), so they are neither dropped nor computed again."""
@@ -160,7 +206,7 @@ class TreeLookAhead:
         tree = TokenTree()
         if end > root:
             tree.add(Candidate(self.cache.ids[root:end], "ahead"), max_nodes=end - root)
-        return LookAhead(root, tree, {})
+        return AheadTree(root, tree, {})
 
     def sequence(self) -> list[int]:
         """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
@@ -189,7 +235,7 @@ class TreeLookAhead:
             return logits
         below, tree = _subtree(ahead.tree, path[-1])
         cache.keep(ahead.root, [ahead.root + i for i in path + below])
-        self.standing = LookAhead(len(ids), tree, rest)
+        self.standing = AheadTree(len(ids), tree, rest)
         return logits
 
 

@@ -18,10 +18,11 @@ Prices are not the backend's business: the loop times its passes and the policy 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from numpy.typing import NDArray
 
+from .ahead import LookAhead
 from .stop import StopSignal
 from .tree import Logits
 
@@ -80,25 +81,7 @@ class TargetBackend(Protocol):
 
     def reset(self) -> None: ...
 
-    # Look-ahead trees (``ahead.py``): prompts computed ahead, whose prefill is then free.
+    # prompts computed ahead, whose prefill is then free (``ahead.py``: one object, so the
+    # decode loop, the warm-ups and the prefill ask it directly)
     @property
-    def looking_ahead(self) -> bool:
-        """Whether a look-ahead stands (the cache is more than a plain sequence)."""
-        ...
-
-    def sequence(self) -> list[int]:
-        """The ids cached as a plain sequence (a look-ahead's tree rows come after them)."""
-        ...
-
-    def look_ahead(
-        self,
-        prompts: list[list[int]],
-        known: dict[tuple[int, ...], Logits] | None = None,
-        stop: StopSignal | None = None,
-    ) -> int: ...
-
-    def looked_ahead(self, ids: list[int]) -> bool: ...
-
-    def ahead_logits(self, ids: list[int]) -> Logits | None: ...
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None: ...
+    def ahead(self) -> LookAhead[Any]: ...

@@ -89,32 +89,6 @@ class CachedModel:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
 
-    # -- look-ahead (``ahead.py``) -----------------------------------------------------------
-
-    @property
-    def looking_ahead(self) -> bool:
-        return self.ahead.standing is not None
-
-    def look_ahead(
-        self,
-        prompts: list[list[int]],
-        known: dict[tuple[int, ...], Logits] | None = None,
-        stop: StopSignal | None = None,
-    ) -> int:
-        return self.ahead.look_ahead(prompts, known, stop)
-
-    def looked_ahead(self, ids: list[int]) -> bool:
-        return self.ahead.looked_ahead(ids)
-
-    def ahead_logits(self, ids: list[int]) -> Logits | None:
-        return self.ahead.ahead_logits(ids)
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None:
-        return self.ahead.end(ids)
-
-    def sequence(self) -> list[int]:
-        return self.ahead.sequence()
-
     # -- cache edits (each ends a standing look-ahead first) ---------------------------------
 
     def _layers(self) -> list:
@@ -122,7 +96,7 @@ class CachedModel:
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached positions."""
-        self.end_look_ahead()
+        self.ahead.end()
         if n >= len(self.ids):
             return
         self._cut(n)
@@ -130,7 +104,7 @@ class CachedModel:
 
     def keep(self, n: int, extra: list[int]) -> None:
         """Keep positions ``[0, n)`` plus the positions in ``extra`` (all ``>= n``, ascending)."""
-        self.end_look_ahead()
+        self.ahead.end()
         if extra == list(range(n, n + len(extra))):  # a prefix of what is cached: no copy
             self.crop(n + len(extra))
             return
@@ -190,7 +164,7 @@ class CachedModel:
         layer (as for a decoding pass: see ``stop.py``); once it says stop the pass leaves the
         cache as it was and raises ``Cancelled``.
         """
-        self.end_look_ahead()
+        self.ahead.end()
         past = len(self.ids)
         mask = positions = None
         if tree_mask is not None:

@@ -210,7 +210,7 @@ class Engine:
                     tree = proposal.tree
                     # 3) Verify: ONE target pass over [pending] + tree (a stop ends it between
                     # two layers: its tokens would be thrown away anyway).
-                    base = len(self.target.sequence())
+                    base = len(self.target.ahead.sequence())
                     (logits, rows), seconds = timed(self._verify, pending, tree, stop)
                     if rows == 1 + len(tree):  # (a pass whose pending row was computed
                         self.policy.costs.observe_pass(rows, seconds)  # ahead is narrower)
@@ -272,9 +272,9 @@ class Engine:
         the nodes only: each row's numbers are its own, so they are the same bits.
         """
         forward = functools.partial(self.target.forward, stop=stop)
-        with_pending = [*self.target.sequence(), pending]
-        if (ahead := self.target.ahead_logits(with_pending)) is not None:
-            self.target.end_look_ahead(with_pending)  # keeps that row: no pass
+        with_pending = [*self.target.ahead.sequence(), pending]
+        if (ahead := self.target.ahead.ahead_logits(with_pending)) is not None:
+            self.target.ahead.end(with_pending)  # keeps that row: no pass
             if not tree.tokens:
                 return ahead[None], 0
             if tree.is_chain():

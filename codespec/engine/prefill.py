@@ -16,8 +16,9 @@ park, how to make a parked one current, and how to continue on a shared prefix.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
+from .ahead import LookAhead
 from .slots import Slot, SlotPool, common_prefix_len
 from .stop import Cancelled, StopSignal
 from .tree import Logits
@@ -27,7 +28,8 @@ class Places(Protocol):
     ids: list[int]  # what the current slot holds
     pool: SlotPool  # the parked slots
 
-    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None: ...
+    @property
+    def ahead(self) -> LookAhead[Any]: ...
 
     def crop(self, n: int) -> None: ...
 
@@ -50,7 +52,7 @@ def start(places: Places, ids: list[int]) -> tuple[Logits | None, int]:
     positions the cache keeps, at most all but the last id). The cache then holds those."""
     if not ids:
         raise ValueError("cannot prefill an empty prompt")
-    ahead = places.end_look_ahead(ids)
+    ahead = places.ahead.end(ids)
     if ahead is not None:  # computed ahead: the cache holds ``ids`` and this is its answer
         return ahead, len(ids)
     select_slot(places, ids)

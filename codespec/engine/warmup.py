@@ -63,9 +63,9 @@ class WarmUps:
         ids = prompt[:-1]
         chunk = max(8, int((self.calibration.prefill_rate or 256 / chunk_s) * chunk_s))
         with self.lock:
-            if self.target.looked_ahead(prompt):
+            if self.target.ahead.looked_ahead(prompt):
                 return 0  # computed ahead, its last id included
-            self.target.end_look_ahead(ids)
+            self.target.ahead.end(ids)
             shared = common_prefix_len(self.target.ids, ids)
             if shared == len(ids):
                 return 0  # all cached (prefill would recompute the last id for its logits)
@@ -97,7 +97,7 @@ class WarmUps:
         if self.calibration.pad_single_row or len(prompt) < 2:
             return 0
         with self.lock:
-            if self.ahead_of == prompt and self.target.looked_ahead(prompt):
+            if self.ahead_of == prompt and self.target.ahead.looked_ahead(prompt):
                 return 0  # done already
             memo = self.prompt_logits
             rows = 0
@@ -112,12 +112,12 @@ class WarmUps:
                 # The likeliest in a first, narrower pass (ready sooner for a quick keystroke),
                 # the rest in a second, then the target's choice after each (see ``_verify``).
                 first, rest = prompts[:AHEAD_FIRST], prompts[AHEAD_FIRST:]
-                rows += self.target.look_ahead(first, known, stop=stop)
+                rows += self.target.ahead.look_ahead(first, known, stop=stop)
                 self.ahead_of = list(prompt)
                 if rest:
-                    rows += self.target.look_ahead(rest, known, stop=stop)
+                    rows += self.target.ahead.look_ahead(rest, known, stop=stop)
                 if choices := self._choices_after(prompts):
-                    rows += self.target.look_ahead(choices, known, stop=stop)
+                    rows += self.target.ahead.look_ahead(choices, known, stop=stop)
             except Cancelled:
                 pass
             return rows
@@ -126,11 +126,11 @@ class WarmUps:
         """Each of ``prompts`` computed ahead, followed by the target's greedy choice there."""
         out = []
         for ids in prompts:
-            logits = self.target.ahead_logits(ids)
+            logits = self.target.ahead.ahead_logits(ids)
             if logits is not None and (token := int(np.argmax(logits))) not in self.stop_ids:
                 out.append([*ids, token])
         return out
 
     def _holds(self, prompt: list[int]) -> bool:
         """Whether the target's cache holds ``prompt`` (a plain sequence, no look-ahead)."""
-        return not self.target.looking_ahead and self.target.ids[: len(prompt)] == prompt
+        return not self.target.ahead.looking_ahead and self.target.ids[: len(prompt)] == prompt

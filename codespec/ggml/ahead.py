@@ -23,10 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
-from ..engine.ahead import computed_ahead
+from ..engine.ahead import LookAhead
 from ..engine.slots import common_prefix_len
 from ..engine.stop import Cancelled, StopSignal
 from ..engine.tree import Logits
+from .cells import CellCount
 from .layout import GROUP, LEAVES, PARKED, TEXT
 from .llama import LlamaContext, Node
 
@@ -56,7 +57,7 @@ class TextCells(Protocol):
 
     llama: LlamaContext
     ids: list[int]
-    parked: int
+    cells: CellCount
 
     @property
     def text_cells(self) -> int: ...
@@ -74,24 +75,19 @@ class TextCells(Protocol):
     def compact(self) -> None: ...
 
 
-class GgmlLookAhead:
-    """Prompts computed ahead under leaf sequences of a ``TextCells``; ``standing`` is the
-    current look-ahead, if any."""
+class GgmlLookAhead(LookAhead[Branches]):
+    """Prompts computed ahead under leaf sequences of a ``TextCells``."""
 
     def __init__(self, text: TextCells) -> None:
         self.text = text
-        self.standing: Branches | None = None
+        self.standing = None
 
-    def looked_ahead(self, ids: list[int]) -> bool:
-        """Whether ``ids`` is one of the prompts computed ahead (a prefill of it is free)."""
-        return self.ahead_logits(ids) is not None
+    def cached_ids(self) -> list[int]:
+        return self.text.ids
 
-    def ahead_logits(self, ids: list[int]) -> Logits | None:
-        """The logits after ``ids`` if it is one of the prompts computed ahead, else None."""
-        ahead = self.standing
-        if ahead is None:
-            return None
-        return computed_ahead(self.text.ids, ahead.root, ahead.logits, ids)
+    def sequence(self) -> list[int]:
+        """The text's ids (its sequence stays plain while a look-ahead stands)."""
+        return self.text.ids
 
     def look_ahead(
         self,
@@ -110,7 +106,7 @@ class GgmlLookAhead:
         if ahead is None or any(ids[: ahead.root] != self.text.ids[: ahead.root] for ids in wanted):
             self.end()
             ahead = self._new_look_ahead(wanted, known)
-            if self.text.parked and not self._room_for(ahead, ROOM):
+            if self.text.cells.parked and not self._room_for(ahead, ROOM):
                 self.text.compact()  # (while no look-ahead stands: it keeps the text only)
         self.standing = ahead
         rows = 0
@@ -141,7 +137,7 @@ class GgmlLookAhead:
     def _room_for(self, ahead: Branches, rows: int) -> bool:
         """Whether ``rows`` more cells (and a pass's padding) fit below the compaction mark
         (``backend.GgmlModel._make_room``), with the cells computed ahead so far."""
-        used = len(self.text.ids) + self.text.parked + ahead.cells
+        used = len(self.text.ids) + self.text.cells.parked + ahead.cells
         return used + rows + GROUP <= self.text.text_cells
 
     def _worth_looking_ahead(self, ahead: Branches, ids: list[int]) -> bool:
@@ -226,16 +222,16 @@ class GgmlLookAhead:
         if logits is not None and ids is not None:
             seq = ahead.branches[tuple(ids[ahead.root :])]
             if seq == TEXT:
-                self.text.parked += len(self.text.ids) - len(ids)  # (cells leaves share may stay)
+                self.text.cells.park(len(self.text.ids) - len(ids))  # (leaves may share them)
                 self.text.crop(len(ids))
             else:  # the text's own cells past the root give way to the branch's
                 self.text.llama.share(TEXT, PARKED, ahead.root)
                 self.text.llama.remove(TEXT, ahead.root)
-                self.text.parked += len(self.text.ids) - ahead.root
+                self.text.cells.park(len(self.text.ids) - ahead.root)
                 self.text.llama.share(seq, TEXT, ahead.root, len(ids))
                 self.text.ids = list(ids)
         for leaf in ahead.leaves:
             self.text.llama.share(leaf, PARKED, ahead.root)
             self.text.llama.remove(leaf)
-        self.text.parked += ahead.cells  # (some may be the text's now: counting them is safe)
+        self.text.cells.park(ahead.cells)  # (some may be the text's now: counting them is safe)
         return logits

@@ -50,6 +50,7 @@ from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool
 from ..engine.stop import Cancelled, StopSignal
 from ..engine.tree import Logits
 from .ahead import GgmlLookAhead
+from .cells import CellCount
 from .layout import COMPACT_AT, GROUP, LEAVES, PADDING, PARKED, SEQUENCES, TEXT
 from .llama import Aborted, CacheFull, LlamaContext, Node, Settings
 
@@ -86,7 +87,7 @@ class GgmlModel:
         self.prefill_chunk = self.llama.settings.n_batch
         self.forward_calls = 0
         self.pool = SlotPool(len, slots, parked_budget_bytes)
-        self.parked = 0  # cells parked under PARKED
+        self.cells = CellCount()  # cells parked under PARKED (``cells.py``)
         self.tree: TreePass | None = None
         self.ahead = GgmlLookAhead(self)  # prompts computed ahead (``ahead.py``)
 
@@ -117,33 +118,6 @@ class GgmlModel:
 
     def close(self) -> None:
         self.llama.close()
-
-    # -- look-ahead (``ahead.py``) -----------------------------------------------------------
-
-    @property
-    def looking_ahead(self) -> bool:
-        return self.ahead.standing is not None
-
-    def look_ahead(
-        self,
-        prompts: list[list[int]],
-        known: dict[tuple[int, ...], Logits] | None = None,
-        stop: StopSignal | None = None,
-    ) -> int:
-        return self.ahead.look_ahead(prompts, known, stop)
-
-    def looked_ahead(self, ids: list[int]) -> bool:
-        return self.ahead.looked_ahead(ids)
-
-    def ahead_logits(self, ids: list[int]) -> Logits | None:
-        return self.ahead.ahead_logits(ids)
-
-    def end_look_ahead(self, ids: list[int] | None = None) -> Logits | None:
-        return self.ahead.end(ids)
-
-    def sequence(self) -> list[int]:
-        """The text's ids (its sequence stays plain while a look-ahead stands)."""
-        return self.ids
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -267,7 +241,7 @@ class GgmlModel:
             if leaf != TEXT:
                 self.llama.share(leaf, TEXT, n, n + len(extra))
         self._park_leaves(tree, n)
-        self.parked -= len(extra)  # (the path's cells are the text's now)
+        self.cells.join(len(extra))  # (the path's cells are the text's now)
         self.ids = self.ids[:n] + [self.ids[i] for i in extra]
         self.llama.remove(TEXT, len(self.ids))  # (a trunk past the path: the newest cells)
 
@@ -276,13 +250,12 @@ class GgmlModel:
         for leaf in tree.leaves:
             self.llama.share(leaf, PARKED, n)
             self.llama.remove(leaf)
-        self.parked += sum(1 for seqs in tree.sequences if TEXT not in seqs)
+        self.cells.park(sum(1 for seqs in tree.sequences if TEXT not in seqs))
 
     def _end_tree(self) -> None:
         """Settle a tree pass nobody called ``keep`` for (a cancelled request): keep its trunk;
         end a standing look-ahead (the text stays as it is)."""
-        if self.ahead.standing is not None:
-            self.end_look_ahead()
+        self.ahead.end()
         if self.tree is not None:
             tree, self.tree = self.tree, None
             trunk = sum(1 for seqs in tree.sequences if TEXT in seqs)
@@ -301,7 +274,8 @@ class GgmlModel:
         """Forget everything cached, in every slot."""
         self.tree = self.ahead.standing = None
         self.llama.clear()
-        self.ids, self.parked = [], 0
+        self.ids = []
+        self.cells.reset()
         self.pool.clear()
 
     def _make_room(self, rows: int) -> None:
@@ -312,7 +286,7 @@ class GgmlModel:
                 f"{len(self.ids) + rows} tokens do not fit the context ({limit} of "
                 f"{self.llama.n_ctx} cells are for text)"
             )
-        if self.parked and len(self.ids) + self.parked + rows > limit:
+        if self.cells.crowded(len(self.ids), rows, limit):
             self.compact()
 
     def compact(self) -> None:
@@ -320,7 +294,7 @@ class GgmlModel:
         self._end_tree()
         saved = self.llama.save(TEXT) if self.ids else b""
         self.llama.clear()
-        self.parked = 0
+        self.cells.reset()
         if saved:
             self._restore(saved)
 
@@ -342,7 +316,8 @@ class GgmlModel:
         """Empty the cache and restore a parked slot's cells into it."""
         self._end_tree()
         self.llama.clear()
-        self.ids, self.parked = slot.ids, 0
+        self.ids = slot.ids
+        self.cells.reset()
         self._restore(slot.cache)
 
     def continue_on(self, shared: int) -> None:

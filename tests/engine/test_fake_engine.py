@@ -115,11 +115,11 @@ def test_a_prompt_computed_ahead_needs_no_prefill_and_gives_the_same_tokens():
         return [PROMPT + [t] for t in range(16)]
 
     rows = e.look_ahead(PROMPT, next_prompts, StopSignal())
-    assert rows > 0 and e.target.looked_ahead(typed)
+    assert rows > 0 and e.target.ahead.looked_ahead(typed)
     tokens, stats = run(e, typed, max_tokens=8)
     assert stats.ahead and stats.prefill_tokens == 0
     assert tokens == greedy(typed, 8)
-    assert not e.target.looked_ahead(typed)  # (the look-ahead ended with the request)
+    assert not e.target.ahead.looked_ahead(typed)  # (the look-ahead ended with the request)
 
 
 def policy_with_prices(per_row_s: float) -> SpeculationPolicy:

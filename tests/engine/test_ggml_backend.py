@@ -56,7 +56,7 @@ def test_tree_nodes_equal_plain_decoding_of_their_branch_and_the_kept_path_conti
     mask = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=np.bool_)
     rows = target.forward([BASE, a, b, c], tree_mask=mask, depths=[0, 1, 1, 2])
     target.keep(base + 1, [base + 1, base + 3])  # accept a, c; b is parked
-    assert target.ids == ids + [BASE, a, c] and target.parked == 1
+    assert target.ids == ids + [BASE, a, c] and target.cells.parked == 1
     after_tree = target.forward([BASE + 4])[0]
 
     target.crop(base)
@@ -152,11 +152,11 @@ def test_compaction_gives_parked_cells_back_and_keeps_the_text(tiny_gguf):
         base = len(target.ids)
         target.forward([BASE + step, BASE + 50, BASE + 60], tree_mask=mask, depths=[0, 1, 1])
         target.keep(base + 1, [base + 1])
-    assert target.parked == 5
+    assert target.cells.parked == 5
     before = target.forward([BASE])[0]
     target.crop(len(target.ids) - 1)
     target.compact()
-    assert target.parked == 0
+    assert target.cells.parked == 0
     assert np.array_equal(target.forward([BASE])[0], before)
     saved = target.llama.save(PARKED)
     assert len(saved) < len(target.llama.save(TEXT))  # nothing parked any more

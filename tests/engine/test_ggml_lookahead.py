@@ -48,7 +48,7 @@ def looked_ahead(path) -> GgmlModel:
     target = model(path)
     logits, _, _ = target.prefill(PROMPT)
     calls = target.forward_calls
-    rows = target.look_ahead(NEXT, known={tuple(PROMPT): logits})
+    rows = target.ahead.look_ahead(NEXT, known={tuple(PROMPT): logits})
     # the root is PROMPT[:-1]; a, b, c and d in a first pass (four rows), e after c in a
     # second, on the cells of the first
     assert rows == 5 and target.forward_calls - calls == 0  # (look-ahead passes are not counted)
@@ -59,12 +59,12 @@ def looked_ahead(path) -> GgmlModel:
 @pytest.mark.parametrize("ids", [PROMPT, *NEXT])
 def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(tiny_gguf, ids):
     target = looked_ahead(tiny_gguf)
-    assert target.looked_ahead(ids)
+    assert target.ahead.looked_ahead(ids)
     logits, reused, computed = target.prefill(ids)
     assert (reused, computed) == (len(ids), 0) and target.ahead.standing is None
     expected, fresh = after_prompt(tiny_gguf, ids)
     assert np.array_equal(logits, expected)
-    assert target.sequence() == ids == target.ids
+    assert target.ahead.sequence() == ids == target.ids
     # and the next passes see the cache that prefill leaves
     assert np.array_equal(target.forward([BASE + 7, BASE + 8]), fresh.forward([BASE + 7, BASE + 8]))
     assert np.array_equal(target.forward([BASE + 9]), fresh.forward([BASE + 9]))
@@ -75,7 +75,7 @@ def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(
 )
 def test_any_other_prompt_gets_what_its_prefill_computes(tiny_gguf, ids):
     target = looked_ahead(tiny_gguf)
-    assert not target.looked_ahead(ids)
+    assert not target.ahead.looked_ahead(ids)
     logits, reused, computed = target.prefill(ids)
     assert reused + computed == len(ids) and computed >= 1
     expected, fresh = after_prompt(tiny_gguf, ids)
@@ -89,16 +89,16 @@ def test_a_prompt_whose_prefill_would_chunk_it_is_not_looked_ahead(tiny_gguf):
     target = model(tiny_gguf)
     logits, _, _ = target.prefill(PROMPT)
     far = PROMPT + [A, B, C, D, E]
-    assert target.look_ahead([far], known={tuple(PROMPT): logits}) == 0
-    assert not target.looked_ahead(far) and target.looked_ahead(PROMPT)
+    assert target.ahead.look_ahead([far], known={tuple(PROMPT): logits}) == 0
+    assert not target.ahead.looked_ahead(far) and target.ahead.looked_ahead(PROMPT)
 
 
 def test_an_interrupted_look_ahead_leaves_a_usable_cache(tiny_gguf):
     target = model(tiny_gguf)
     logits, _, _ = target.prefill(PROMPT)
     with pytest.raises(Cancelled):
-        target.look_ahead(NEXT, {tuple(PROMPT): logits}, PreemptAfter(0))
-    assert target.looked_ahead(PROMPT) and not target.looked_ahead(NEXT[0])
+        target.ahead.look_ahead(NEXT, {tuple(PROMPT): logits}, PreemptAfter(0))
+    assert target.ahead.looked_ahead(PROMPT) and not target.ahead.looked_ahead(NEXT[0])
     logits, reused, computed = target.prefill(NEXT[0])
     assert (reused, computed) == (len(PROMPT), 1)
     assert np.array_equal(logits, after_prompt(tiny_gguf, NEXT[0])[0])
@@ -115,12 +115,12 @@ def test_parked_look_ahead_cells_are_given_back_and_the_text_stays(tiny_gguf):
     parked = []
     for step in range(80):
         nexts = [text + [BASE + (step + k) % 6] for k in range(3)]
-        target.look_ahead(nexts, known={tuple(text): logits})
+        target.ahead.look_ahead(nexts, known={tuple(text): logits})
         text = nexts[step % 3]
         logits, _, computed = target.prefill(text)
         assert computed == 0 and target.ids == text
         assert np.array_equal(logits, plain.prefill(text)[0])
-        parked.append(target.parked)
+        parked.append(target.cells.parked)
     assert max(parked) > parked[-1]  # compacted on the way
     assert np.array_equal(target.forward([BASE]), plain.forward([BASE]))
 
@@ -167,7 +167,9 @@ def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(tiny_g
     engine = engine_for(model(tiny_gguf))
     engine.generate(PROMPT, params).run()
     assert engine.look_ahead(PROMPT, next_of, PreemptAfter(0)) == 0
-    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1]))
+    assert not any(
+        engine.target.ahead.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1])
+    )
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead
 
@@ -190,7 +192,7 @@ def test_the_fast_configuration_looks_ahead_in_unpadded_passes(tiny_gguf):
     assert engine.look_ahead(PROMPT, next_of, StopSignal()) > 5
     assert any(w % 4 for w in widths)  # (padded passes are whole groups of four rows)
     ids = next_of(engine.warm_ups.prompt_logits[1])[0]
-    logits = target.ahead_logits(ids)
+    logits = target.ahead.ahead_logits(ids)
     assert logits is not None
     generation = engine.generate(ids, params)
     tokens = generation.run()

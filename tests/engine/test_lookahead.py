@@ -33,7 +33,7 @@ def cold_logits(model, ids: list[int]) -> np.ndarray:
 def looked_ahead(model) -> CachedModel:
     cached = CachedModel(model, prefill_chunk=8)
     logits, _, _ = cached.prefill(PROMPT)
-    rows = cached.look_ahead(NEXT, known={tuple(PROMPT): logits})
+    rows = cached.ahead.look_ahead(NEXT, known={tuple(PROMPT): logits})
     # the root is PROMPT[:-1]; computed: 41 beside PROMPT's last token (which stays cached as the
     # tree's first node), and 40, 42, 43, 44 after it (42 shared)
     assert (
@@ -47,14 +47,14 @@ def looked_ahead(model) -> CachedModel:
 @pytest.mark.parametrize("ids", [PROMPT, *NEXT])
 def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(w8a8_model, ids):
     cached = looked_ahead(w8a8_model)
-    assert cached.looked_ahead(ids)
+    assert cached.ahead.looked_ahead(ids)
     calls = cached.forward_calls
     logits, reused, computed = cached.prefill(ids)
     assert (reused, computed) == (len(ids), 0) and cached.forward_calls == calls
     assert np.array_equal(logits, cold_logits(w8a8_model, ids))
     # the cache holds that prompt, then (for PROMPT) the branches computed after it
-    assert cached.sequence() == ids
-    assert cached.ahead.standing is None if ids != PROMPT else cached.looked_ahead(NEXT[0])
+    assert cached.ahead.sequence() == ids
+    assert cached.ahead.standing is None if ids != PROMPT else cached.ahead.looked_ahead(NEXT[0])
     # and the next pass is what it is after a cold prefill of that prompt
     cold = CachedModel(w8a8_model, prefill_chunk=8)
     cold.prefill(ids)
@@ -67,7 +67,7 @@ def test_a_prompt_computed_ahead_is_answered_without_a_pass_with_its_own_logits(
 )
 def test_any_other_prompt_reuses_what_it_can_and_gets_the_cold_logits(w8a8_model, ids):
     cached = looked_ahead(w8a8_model)
-    assert not cached.looked_ahead(ids)
+    assert not cached.ahead.looked_ahead(ids)
     logits, reused, computed = cached.prefill(ids)
     assert reused + computed == len(ids) and computed >= 1
     assert np.array_equal(logits, cold_logits(w8a8_model, ids))
@@ -87,11 +87,13 @@ def test_a_look_ahead_grows_in_passes_of_its_own(w8a8_model, ids):
     cached = CachedModel(w8a8_model, prefill_chunk=8)
     logits, _, _ = cached.prefill(PROMPT)
     known = {tuple(PROMPT): logits}
-    assert cached.look_ahead(NEXT[:2], known) == 2  # 40, 41 (PROMPT's last token is cached)
+    assert cached.ahead.look_ahead(NEXT[:2], known) == 2  # 40, 41 (PROMPT's last token is cached)
     with pytest.raises(Cancelled):  # a third pass, interrupted: the first two stay
-        cached.look_ahead([PROMPT + [50, 51]], known, stop=PreemptAfter(1))
-    assert cached.look_ahead(NEXT[2:], known) == 3  # 42, 43, 44
-    assert all(cached.looked_ahead(i) for i in NEXT) and not cached.looked_ahead(PROMPT + [50])
+        cached.ahead.look_ahead([PROMPT + [50, 51]], known, stop=PreemptAfter(1))
+    assert cached.ahead.look_ahead(NEXT[2:], known) == 3  # 42, 43, 44
+    assert all(cached.ahead.looked_ahead(i) for i in NEXT) and not cached.ahead.looked_ahead(
+        PROMPT + [50]
+    )
     logits, reused, computed = cached.prefill(ids)
     assert (reused, computed) == (len(ids), 0)
     assert np.array_equal(logits, cold_logits(w8a8_model, ids))
@@ -100,14 +102,16 @@ def test_a_look_ahead_grows_in_passes_of_its_own(w8a8_model, ids):
 
 def test_a_branch_taken_keeps_what_was_computed_after_it(w8a8_model):
     cached = looked_ahead(w8a8_model)
-    assert cached.look_ahead([PROMPT + [40, 50], PROMPT + [40, 51, 52]]) == 3
+    assert cached.ahead.look_ahead([PROMPT + [40, 50], PROMPT + [40, 51, 52]]) == 3
     calls = cached.forward_calls
     assert np.array_equal(cached.prefill(PROMPT + [40])[0], cold_logits(w8a8_model, PROMPT + [40]))
     # the rest of that branch stands, rooted after it; the other branches are gone
-    assert cached.sequence() == PROMPT + [40] and cached.ahead.standing.root == len(PROMPT) + 1
-    assert not cached.looked_ahead(NEXT[1])
+    assert (
+        cached.ahead.sequence() == PROMPT + [40] and cached.ahead.standing.root == len(PROMPT) + 1
+    )
+    assert not cached.ahead.looked_ahead(NEXT[1])
     for ids in (PROMPT + [40, 51, 52], PROMPT + [40, 50]):
-        assert cached.looked_ahead(ids)
+        assert cached.ahead.looked_ahead(ids)
     logits, reused, computed = cached.prefill(PROMPT + [40, 51, 52])
     assert (reused, computed) == (len(PROMPT) + 3, 0) and cached.forward_calls == calls
     assert np.array_equal(logits, cold_logits(w8a8_model, PROMPT + [40, 51, 52]))
@@ -118,8 +122,8 @@ def test_a_branch_taken_keeps_what_was_computed_after_it(w8a8_model):
 def test_prompts_that_leave_the_root_start_a_new_look_ahead(w8a8_model):
     cached = looked_ahead(w8a8_model)
     other = PROMPT[:-3] + [70]
-    assert cached.look_ahead([other]) == 1 and cached.ahead.standing.root == len(PROMPT) - 3
-    assert cached.looked_ahead(other) and not cached.looked_ahead(NEXT[0])
+    assert cached.ahead.look_ahead([other]) == 1 and cached.ahead.standing.root == len(PROMPT) - 3
+    assert cached.ahead.looked_ahead(other) and not cached.ahead.looked_ahead(NEXT[0])
     assert np.array_equal(cached.prefill(other)[0], cold_logits(w8a8_model, other))
 
 
@@ -148,9 +152,9 @@ def test_an_interrupted_look_ahead_leaves_a_usable_cache(w8a8_model, known):
     cached = CachedModel(w8a8_model, prefill_chunk=8)
     logits, _, _ = cached.prefill(PROMPT)
     with pytest.raises(Cancelled):
-        cached.look_ahead(NEXT, {tuple(PROMPT): logits} if known else {}, PreemptAfter(1))
+        cached.ahead.look_ahead(NEXT, {tuple(PROMPT): logits} if known else {}, PreemptAfter(1))
     # what stays: the prompt the caller knows (still cached), else just the root
-    assert cached.looked_ahead(PROMPT) == known
+    assert cached.ahead.looked_ahead(PROMPT) == known
     if not known:
         assert cached.ahead.standing is None and cached.ids == PROMPT[:-1]
     logits, reused, _ = cached.prefill(NEXT[0])
@@ -203,7 +207,7 @@ def test_a_look_ahead_stopped_in_its_second_pass_keeps_the_first(w8a8_model):
     rows = engine.look_ahead(PROMPT, next_of, PreemptAfter(layers + 1))
     assert rows == AHEAD_FIRST
     candidates = next_of(engine.warm_ups.prompt_logits[1])
-    assert [engine.target.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
+    assert [engine.target.ahead.looked_ahead(ids) for ids in candidates] == [True] * AHEAD_FIRST + [
         False
     ] * (len(candidates) - AHEAD_FIRST)
 
@@ -251,6 +255,8 @@ def test_a_cancelled_look_ahead_keeps_no_branch_and_changes_no_completion(w8a8_m
     engine = engine_for(w8a8_model)
     engine.generate(PROMPT, params).run()
     assert engine.look_ahead(PROMPT, next_of, PreemptAfter(1)) == 0
-    assert not any(engine.target.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1]))
+    assert not any(
+        engine.target.ahead.looked_ahead(c) for c in next_of(engine.warm_ups.prompt_logits[1])
+    )
     generation = engine.generate(ids, params)
     assert generation.run() == expected and not generation.stats.ahead
