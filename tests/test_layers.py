@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 
 # Lowest first. A room is a top-level module or subpackage of codespec.
 LAYERS = [
-    {"files", "memory", "languages", "machine", "client_stops", "numbers", "printable"},
+    {"files", "memory", "languages", "machine", "client_stops", "numbers", "printable", "sources"},
     {"stats", "engine", "quant", "tokenizer"},
     {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml"},
     {"prompt", "draft_verdict", "backend_choice", "nextedit"},

@@ -24,17 +24,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ..sources import DRAFT, LOOKUP_SOURCES, NGRAM, REWRITE, SOURCES, WORKSPACE
 from .tree import Candidate
 
 if TYPE_CHECKING:
     from .request import GenerationParams
 
-NGRAM = "ngram"  # the prompt's own n-grams (``ngram.py``)
-WORKSPACE = "workspace"  # the workspace's and the accepted completions' token ids (``corpus.py``)
-DRAFT = "draft"  # the small model (``draft.py``)
-REWRITE = "rewrite"  # the text a rewrite copies from, aligned with the output (``rewrite.py``)
-LOOKUP_SOURCES = (NGRAM, WORKSPACE, REWRITE)
-SOURCES = (*LOOKUP_SOURCES, DRAFT)
+# the proposal sources' names (``sources.py``: the stats count them too)
+__all__ = ["DRAFT", "LOOKUP_SOURCES", "NGRAM", "REWRITE", "SOURCES", "WORKSPACE"]
 
 
 class Kind(StrEnum):

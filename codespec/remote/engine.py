@@ -45,6 +45,7 @@ import httpx
 from ..engine import Generation, GenerationParams, GenerationStats, StopRule, StopSignal
 from ..engine.request import Output
 from ..engine.slots import common_prefix_len
+from ..sources import SERVER
 from ..tokenizer import break_specials
 from .config import RemoteConfig
 from .health import Health
@@ -123,7 +124,7 @@ class RemoteEngine:
     ) -> Generation:
         params = params or GenerationParams()
         stats = GenerationStats()
-        stats.proposed["server"] = stats.accepted["server"] = 0
+        stats.proposed[SERVER] = stats.accepted[SERVER] = 0
         output = Output(set(), TOKEN_SLACK * params.max_tokens + 16, stop_rule, stats)
         steps = self._steps(prompt, self._body(prompt, params), stop, output, stats, params.context)
         return Generation(steps, stats, output.tokens)
@@ -323,8 +324,8 @@ class RemoteEngine:
         spec: ServerSpeculation | None = from_event(event)
         if spec is not None:
             self.speculation.observe(context, spec)
-            stats.proposed["server"] = spec.drafted
-            stats.accepted["server"] = spec.accepted
+            stats.proposed[SERVER] = spec.drafted
+            stats.accepted[SERVER] = spec.accepted
             stats.target_passes = spec.steps or stats.target_passes
 
     def _plain_ids(self, text: str) -> list[int]:

@@ -25,6 +25,7 @@ from pygls.exceptions import JsonRpcInternalError
 from ..completion import CompletionOptions, with_definitions
 from ..languages import language_for
 from ..settings import completion_options
+from ..sources import NEIGHBOUR_CONTEXT, WORKSPACE_CONTEXT
 from ..stats.verdicts import Suggestion
 from ..stops import Cursor, Mode, decide_mode
 from ..workspace.context import FAMILIES
@@ -161,7 +162,7 @@ def place_at(
         options=options,
         path=relative or document_name(uri),
         extra_files=definitions + snippets,
-        context=("workspace",) * bool(definitions) + ("neighbours",) * bool(snippets),
+        context=(WORKSPACE_CONTEXT,) * bool(definitions) + (NEIGHBOUR_CONTEXT,) * bool(snippets),
         corpora=corpora,
         current_edits=record.edits_now,
         anchor=record.anchor,

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from ..sources import RECORDED_SOURCES, SERVER
+
 
 class Outcome(StrEnum):
     """How a request ended: the stats' ``outcome`` column, and what the worker counts."""
@@ -181,19 +183,14 @@ def request_row(
         "total_ms": timing.ms(timing.arrived, timing.done),
     }
     if stats is not None:
+        for source in RECORDED_SOURCES:
+            row[f"{source}_proposed"] = stats.proposed.get(source, 0)
+            row[f"{source}_accepted"] = stats.accepted.get(source, 0)
         row.update(
             stop=stats.stop_reason,
             tokens=stats.tokens,
             passes=stats.target_passes + 1 if stats.tokens else stats.target_passes,
-            ngram_proposed=stats.proposed.get("ngram", 0),
-            ngram_accepted=stats.accepted.get("ngram", 0),
-            draft_proposed=stats.proposed.get("draft", 0),
-            draft_accepted=stats.accepted.get("draft", 0),
-            workspace_proposed=stats.proposed.get("workspace", 0),
-            workspace_accepted=stats.accepted.get("workspace", 0),
-            engine="remote" if "server" in stats.proposed else "local",
-            server_proposed=stats.proposed.get("server", 0),
-            server_accepted=stats.accepted.get("server", 0),
+            engine="remote" if SERVER in stats.proposed else "local",
             prefill_tokens=stats.prefill_tokens,
             cached_tokens=stats.cached_tokens,
             decode_s=max(stats.total_s - stats.prefill_s, 0.0),

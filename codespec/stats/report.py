@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from ..printable import printable
+from ..sources import RECORDED_SOURCES
 from .record import REQUEST_COLUMNS, Outcome, number, read
 from .summary import LAST_DAY_S, UNKNOWN, percentiles, proposer, ratio, summaries
 
@@ -154,10 +155,7 @@ def summarize(rows: list[dict]) -> dict:
         "passes": passes,
         "tokens_per_pass": ratio(tokens, passes),
         "tokens_per_s": ratio(tokens, decode_s),
-        "ngram": _proposer(ran, "ngram"),
-        "workspace": _proposer(ran, "workspace"),
-        "draft": _proposer(ran, "draft"),
-        "server": _proposer(ran, "server"),
+        **{source: _proposer(ran, source) for source in RECORDED_SOURCES},
         "output": {
             "mean_tokens": _mean(r["tokens"] for r in served),
             "mean_chars": _mean(r["chars"] for r in served),

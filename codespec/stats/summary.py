@@ -18,6 +18,7 @@ import sqlite3
 from array import array
 from collections import Counter, defaultdict
 
+from ..sources import RECORDED_SOURCES
 from .record import Outcome, number
 
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
@@ -168,10 +169,10 @@ def _figures(tally: Tally, latencies: dict[str, array]) -> dict:
         "passes": ran["passes"],
         "tokens_per_pass": ratio(ran["tokens"], ran["passes"]),
         "tokens_per_s": ratio(ran["tokens"], ran["decode_s"]),
-        "ngram": proposer(ran["ngram_proposed"], ran["ngram_accepted"]),
-        "workspace": proposer(ran["workspace_proposed"], ran["workspace_accepted"]),
-        "draft": proposer(ran["draft_proposed"], ran["draft_accepted"]),
-        "server": proposer(ran["server_proposed"], ran["server_accepted"]),
+        **{
+            source: proposer(ran[f"{source}_proposed"], ran[f"{source}_accepted"])
+            for source in RECORDED_SOURCES
+        },
         "output": {
             "mean_tokens": ratio(served["tokens"], tally.suggestions),
             "mean_chars": ratio(served["chars"], tally.suggestions),

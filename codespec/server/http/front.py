@@ -19,6 +19,7 @@ from ...languages import GENERIC, has_syntax_error, language_for
 from ...models import ModelError, gguf_file
 from ...models.gguf_info import chat_template
 from ...settings import completion_options
+from ...sources import CLIENT_CONTEXT
 from ...stats.record import client_label
 from ...stops import CLOSERS, QUOTES, Cursor, decide_mode
 from ...tokenizer import break_specials
@@ -150,7 +151,7 @@ class Front:
             extra_files=extra,
             anchor=session.anchor(ask.endpoint),
             language=ask.language or ("raw" if ask.prompt is not None else language.name),
-            context=("client",) if extra else (),
+            context=(CLIENT_CONTEXT,) if extra else (),
             client_stops=stops if stops else None,
             client=client,
         )
