@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from codespec.bench import sources  # noqa: E402
-from codespec.bench.main import holes_from  # noqa: E402
+from codespec.bench.inputs import holes_from  # noqa: E402
 from codespec.bench.runner import bench_settings, prompt_ids  # noqa: E402
 from codespec.engine.acceptance import evidence_bucket  # noqa: E402
 from codespec.engine.ngram import NgramProposer  # noqa: E402

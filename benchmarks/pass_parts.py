@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lean_passes import arguments, lean_target, machine_line, prompt_ids  # noqa: E402
 from linear_kernels import read_bandwidth_gb_s  # noqa: E402
 
-from codespec.engine import attention  # noqa: E402
 from codespec.quant.layers import QuantLinear  # noqa: E402
+from codespec.torch_backend import attention  # noqa: E402
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

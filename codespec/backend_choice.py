@@ -103,9 +103,9 @@ def _remember(path: Path, prices: dict) -> None:
 
 def target_loaders(manifest: PairManifest, progress: Progress, exact: bool) -> dict:
     """The pair's target, loaded alone on each CPU backend (for ``measure``)."""
-    from .engine.kvcache import CachedModel
     from .ggml.backend import GgmlModel
     from .models import gguf_file, load_model, prepared_folder
+    from .torch_backend.kvcache import CachedModel
 
     src = manifest.target
     path = gguf_file(src, manifest.install_hint)  # a missing model fails here, in one line

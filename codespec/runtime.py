@@ -203,7 +203,7 @@ def load_pair(
     context_tokens = int(getattr(target.config, "max_position_embeddings", 0) or 32768)
     load_s = time.perf_counter() - t0
     stop_ids = stop_ids_of(tokenizer, manifest)
-    from .engine.kvcache import CachedModel  # (torch's backend: torch is loaded by now)
+    from .torch_backend.kvcache import CachedModel  # (torch's backend: torch is loaded by now)
 
     backends = [CachedModel(model) for model in models]
     del models, target, draft  # the engine holds what it keeps (it may release the draft)

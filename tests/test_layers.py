@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "codespec"
 LAYERS = [
     {"files", "memory", "languages", "machine", "client_stops", "numbers", "printable", "sources"},
     {"stats", "engine", "quant", "tokenizer"},
-    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml"},
+    {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml", "torch_backend"},
     {"prompt", "draft_verdict", "backend_choice", "nextedit"},
     {"runtime"},
     {"lookahead", "completion"},
@@ -134,3 +134,24 @@ def test_the_circle_check_finds_a_circle(tmp_path):
     )
     circles = import_circles("room", tmp_path / "codespec")
     assert circles == [["codespec.room.a", "codespec.room.b", "codespec.room.a"]]
+
+
+def imports_torch(path: Path) -> bool:
+    """Whether ``path`` imports torch (or transformers, which imports it), anywhere in it."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.split(".")[0] in ("torch", "transformers") for name in names):
+            return True
+    return False
+
+
+def test_the_engine_imports_no_torch():
+    """The decode loop's maths is numpy's: torch is the torch backend's (``torch_backend/``),
+    so a ggml-only install never needs it to run the engine."""
+    assert [p.name for p in (PACKAGE / "engine").glob("*.py") if imports_torch(p)] == []
+    assert imports_torch(PACKAGE / "torch_backend" / "kvcache.py")  # (the check sees one)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from codespec.engine import attention
 from codespec.quant.layers import QuantLinear, quantize_int8, w8a8_available
+from codespec.torch_backend import attention
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("pass_parts", ROOT / "benchmarks" / "pass_parts.py")

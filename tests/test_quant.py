@@ -10,7 +10,6 @@ import torch
 from helpers import as_w8a8, naive_greedy, tiny_qwen2
 
 from codespec.engine import Engine, GenerationParams, NgramProposer
-from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
 from codespec.models import (
     ModelError,
@@ -37,6 +36,7 @@ from codespec.quant.layers import (
     w8a8_weight_levels,
 )
 from codespec.quant.load import WEIGHTS_FILE, build_quantized, quantize_dense, read_stored
+from codespec.torch_backend.kvcache import CachedModel
 
 
 def random_q4_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:

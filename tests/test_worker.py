@@ -13,13 +13,13 @@ import time
 import pytest
 
 from codespec.completion import CompletionOptions
-from codespec.engine import decoder
 from codespec.languages import language_for
 from codespec.runtime import load_pair
 from codespec.server.kinds import CompletionJob, WarmJob
 from codespec.server.places import AnchorSlot
 from codespec.server.worker import Worker
 from codespec.stops import Cursor, Mode
+from codespec.torch_backend import decoder
 
 LAYER_S = 0.1  # added after each decoder layer
 BODY = "".join(f"def f{i}(x):\n    return x * {i} + len(str(x))\n\n" for i in range(40))

@@ -20,18 +20,20 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
 import httpx
 
+from .. import machine
 from ..completion import complete
 from ..engine import StopSignal
 from ..remote.config import RemoteConfig, from_table
 from ..remote.metrics import ServerSpeculation, from_prometheus
 from ..settings import Settings
 from .corpus import Hole
-from .runner import cursor_of, options_for
+from .inputs import BenchError, command_line
+from .runner import bench_settings, cursor_of, options_for
 
 KEYSTROKES = 3  # characters typed into each hole before its last request
 KEY_INTERVAL_S = 0.12  # a brisk typist: each keystroke request lives this long at most
@@ -293,3 +295,36 @@ def comparison(result: dict) -> list[str]:
         else "speculation pays at every level measured"
     )
     return lines
+
+
+def run_concurrency(args, holes, max_tokens: int, missing: list[str], log) -> dict:
+    """``--engine``: the holes as concurrent editors against serving engines
+    (``concurrency.py``); nothing runs locally but the tokenizer and the stop rules."""
+    from ..remote.config import EngineConfigError
+
+    try:
+        engines = parse_engines(args.engine)
+        levels = parse_levels(args.concurrency)
+    except (EngineConfigError, ValueError) as exc:
+        raise BenchError(str(exc)) from None
+    log(f"{len(holes)} holes as {', '.join(map(str, levels))} concurrent editors")
+    settings = bench_settings(max_tokens, prompt_seconds=0.0)
+    if args.window_tokens:
+        prefix, _, suffix = args.window_tokens.partition(",")
+        if not (prefix.isdigit() and suffix.isdigit() and int(prefix) >= 16):
+            raise BenchError("--window-tokens wants PREFIX,SUFFIX in tokens, like 256,64")
+        settings = replace(settings, prefix_tokens=int(prefix), suffix_tokens=int(suffix))
+    result = run_engines(args.pair, engines, holes, levels, settings, log=log)
+    return dict(
+        command=command_line(),
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        concurrency=result,
+        missing=missing,
+        settings=dict(
+            seed=args.seed,
+            max_tokens=max_tokens,
+            holes=len(holes),
+            prefix_tokens=settings.prefix_tokens,
+            suffix_tokens=settings.suffix_tokens,
+        ),
+    )

@@ -113,8 +113,8 @@ def write_docs(result: dict, docs: Path) -> None:
         + (", ".join(s["mismatches"]) or "none")
         + ". Row-wise attention and row-wise kernels (int4/int8; dense GEMMs get a padding "
         "row where a one-row pass rounds differently) make a position's logits independent of "
-        "the pass width (`codespec/engine/attention.py`): any mismatch is a bug; the gap shown "
-        "is the target's top-2 logit gap where it starts.",
+        "the pass width (`codespec/torch_backend/attention.py`): any mismatch is a bug; the gap "
+        "shown is the target's top-2 logit gap where it starts.",
         "",
         *images,
         "",

@@ -16,11 +16,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from .. import machine
+from ..languages import LANGUAGES
 from ..nextedit.edits import EAGERNESS, LineEdit
 from ..nextedit.suggest import NextEdit, suggest
 from ..stats.summary import percentiles
-from .edit_cases import EditCase
+from . import sources
+from .edit_cases import DEFAULT_LANGUAGES, EditCase, cut
+from .inputs import BenchError, command_line, load_pair, names
 
 DEFAULT_LEVEL = "medium"
 
@@ -171,3 +176,31 @@ def _pct(value: float | None) -> str:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def run_edits_mode(args, corpus_dir: Path, per_kind: int, log) -> dict:
+    """``--edits``: next-edit cases cut from the corpus (``edits.py``)."""
+    languages = names(args.languages, "--languages") or list(DEFAULT_LANGUAGES)
+    unknown = [name for name in languages if name not in LANGUAGES]
+    if unknown:
+        raise BenchError(f"unknown language {unknown[0]!r} (known: {', '.join(LANGUAGES)})")
+    cases, short = cut(sources.packages(corpus_dir, set(languages)), languages, per_kind, args.seed)
+    for line in short:
+        log(f"skipped {line}")
+    if not cases:
+        raise BenchError("no next-edit cases: no sources for the chosen languages")
+    log(f"{len(cases)} next-edit cases in {len({c.language for c in cases})} languages")
+    pair = load_pair(args, log, draft_mode="off")  # (edits draft no tokens)
+    try:
+        result = run_edits(pair, cases, log)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+    return dict(
+        command=command_line(),
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        model=pair.model_label,
+        backend=pair.quantization,
+        settings=dict(seed=args.seed, languages=languages, per_kind=per_kind),
+        missing=short,
+        **result,
+    )

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import machine
 from ..completion import complete, definition_chars, with_definitions
 from ..languages import LANGUAGES, has_syntax_error, parse
 from ..settings import Settings
@@ -27,8 +28,10 @@ from ..workspace.context import as_files, choose_chunks
 from ..workspace.index import WorkspaceIndex
 from ..workspace.reading import ReadLimits, language_of
 from ..workspace.symbols import KEYWORDS
+from . import sources
 from .corpus import Hole, make_hole
-from .runner import cursor_of, options_for, quality
+from .inputs import command_line, load_pair
+from .runner import bench_settings, cursor_of, options_for, quality
 from .sources import Package, source_files
 
 MAX_REPO_FILES = 300  # a "repository" is the largest folder around the file with at most these
@@ -304,4 +307,31 @@ def run_repo(
     return dict(
         holes=[dict(r, root=str(h.root)) for r, h in zip(rows, holes, strict=True)],
         summary=summarize(rows),
+    )
+
+
+def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: int, log) -> dict:
+    """``--repo``: repository holes, in-file context against workspace context (``repo.py``)."""
+    present = sources.packages(corpus_dir, set(languages))
+    pair = load_pair(args, log)
+    settings = bench_settings(max_tokens)
+    if args.prompt_seconds is not None:
+        settings = replace(settings, prompt_seconds=args.prompt_seconds)
+    log(f"{machine.cpu_kind()}: prefill {pair.engine.prefill_rate:.0f} tokens/s")
+    lines = args.repo_lines
+    result = run_repo(pair, present, languages, per_kind, args.seed, settings, log=log, lines=lines)
+    return dict(
+        command=command_line(),
+        machine=dict(cpu=machine.cpu_model(), cpu_kind=machine.cpu_kind()),
+        model=pair.model_label,
+        settings=dict(
+            seed=args.seed,
+            languages=languages,
+            per_language=per_kind,
+            lines=lines,
+            max_tokens=max_tokens,
+            prompt_seconds=settings.prompt_seconds,
+            prefill_tokens_per_s=pair.engine.prefill_rate,
+        ),
+        **result,
     )

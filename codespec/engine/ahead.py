@@ -12,10 +12,10 @@ tree's nodes, which are no sequence: ``end`` turns it back into one (the branch 
 or the longest one it can use). The cached model's other operations (``crop``, ``keep``,
 ``forward``) end a standing look-ahead first.
 
-A backend's look-ahead is one object on the backend seam, ``target.ahead`` (a ``LookAhead``):
-what every backend answers alike (is a prompt computed ahead, and its logits) is written once
-here; how rows are computed and kept is each backend's. ``TreeLookAhead`` is the torch
-backend's (``kvcache.CachedModel`` holds one; it sees the model only through ``RowCache``);
+A backend's look-ahead is one object on the backend seam, ``target.ahead`` (a ``LookAhead``): what
+every backend answers alike (is a prompt computed ahead, and its logits) is written once here; how
+rows are computed and kept is each backend's. ``TreeLookAhead`` is the torch backend's
+(``torch_backend.kvcache.CachedModel`` holds one; it sees the model only through ``RowCache``);
 ``ggml/ahead.py`` is the ggml backend's.
 """
 

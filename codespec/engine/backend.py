@@ -1,7 +1,7 @@
 """The target-backend seam: what the decode loop needs from the model it verifies with.
 
-The loop (``loop.py``), the policy and the proposers see the target only through these
-operations; ``kvcache.CachedModel`` implements them over torch, ``ggml.backend.GgmlModel`` over
+The loop (``loop.py``), the policy and the proposers see the target only through these operations;
+``torch_backend.kvcache.CachedModel`` implements them over torch, ``ggml.backend.GgmlModel`` over
 llama.cpp's CPU kernels. What an implementation must keep:
 
 * **exactness**: a decode pass gives a position the same logits, and writes it the same keys
@@ -41,7 +41,8 @@ class TargetBackend(Protocol):
     def vocab_size(self) -> int: ...
 
     def use_width_independent_rows(self) -> None:
-        """Compute each row on its own from now on (attention by row: ``attention.py``)."""
+        """Compute each row on its own from now on (attention by row:
+        ``torch_backend/attention.py``)."""
         ...
 
     @property

@@ -262,10 +262,10 @@ class Engine:
 
         Where exact rows are asked for and a one-row pass rounds differently from wider ones
         (dense bf16 GEMMs on some CPUs; ``calibrate`` checks), a lone pending token gets a
-        padding row after it, whose logits are ignored and whose cache entry ``keep`` drops:
-        plain decoding (one token per pass) then stays bit-identical to verification (see
-        ``attention.py``). Where one-row passes are exact anyway (the int4/int8 kernels compute
-        each row alone), or exactness is not asked for, no padding is paid.
+        padding row after it, whose logits are ignored and whose cache entry ``keep`` drops: plain
+        decoding (one token per pass) then stays bit-identical to verification (see
+        ``torch_backend/attention.py``). Where one-row passes are exact anyway (the int4/int8
+        kernels compute each row alone), or exactness is not asked for, no padding is paid.
 
         Where the pending token's row was computed ahead (``look_ahead``: the target's choice
         after a prompt it computed ahead), its logits come from there and the pass computes

@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import as_w8a8, tiny_llama, tiny_qwen2
 
-from codespec.engine import decoder as lean
-from codespec.engine.attention import use_rowwise_attention
-from codespec.engine.kvcache import CachedModel
+from codespec.torch_backend import decoder as lean
+from codespec.torch_backend.attention import use_rowwise_attention
+from codespec.torch_backend.kvcache import CachedModel
 
 
 def w8a8_qwen2(seed: int):

@@ -9,9 +9,9 @@ import torch
 from helpers import CancelAfter, PreemptAfter, naive_greedy, tiny_qwen2
 
 from codespec.engine import Engine, GenerationParams, NgramProposer, StopSignal
-from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
 from codespec.engine.proposers import SOURCES
+from codespec.torch_backend.kvcache import CachedModel
 
 PROMPTS = [
     [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 11, 12, 13, 5, 6],

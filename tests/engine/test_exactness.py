@@ -11,11 +11,12 @@ import pytest
 import torch
 from helpers import as_w8a8, tiny_qwen2
 
-from codespec.engine import Engine, GenerationParams, NgramProposer, attention
-from codespec.engine.attention import use_rowwise_attention
-from codespec.engine.kvcache import CachedModel
+from codespec.engine import Engine, GenerationParams, NgramProposer
 from codespec.engine.policy import SpeculationPolicy
 from codespec.engine.tree import Candidate, TokenTree
+from codespec.torch_backend import attention
+from codespec.torch_backend.attention import use_rowwise_attention
+from codespec.torch_backend.kvcache import CachedModel
 
 CONTEXT, STEPS = 200, 30
 

@@ -171,8 +171,8 @@ def test_the_backend_choice_times_each_backend_once_and_reads_it_back(
     from helpers import tiny_qwen2
 
     from codespec import backend_choice
-    from codespec.engine.kvcache import CachedModel
     from codespec.models import FimTokens, ModelSource, PairManifest
+    from codespec.torch_backend.kvcache import CachedModel
 
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
     src = ModelSource(source="pypi-parts", label="tiny", sha256="ab" * 32)

@@ -5,9 +5,9 @@ import pytest
 from helpers import CancelAfter, PreemptAfter
 
 from codespec.engine import Cancelled, StopSignal
-from codespec.engine.attention import use_rowwise_attention
-from codespec.engine.kvcache import CachedModel
 from codespec.engine.slots import common_prefix_len
+from codespec.torch_backend.attention import use_rowwise_attention
+from codespec.torch_backend.kvcache import CachedModel
 
 
 def test_common_prefix_len():
@@ -136,8 +136,8 @@ def test_the_least_recently_used_place_is_dropped(target_model):
 
 
 def test_parked_places_are_dropped_beyond_the_byte_budget(target_model):
-    from codespec.engine.buffers import cache_bytes
     from codespec.engine.slots import PARK_MIN_TOKENS
+    from codespec.torch_backend.buffers import cache_bytes
 
     places = [[p] + [p + 1 + i % 20 for i in range(PARK_MIN_TOKENS + 5)] for p in (1, 30, 60)]
     probe = CachedModel(target_model)

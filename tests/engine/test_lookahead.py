@@ -7,9 +7,9 @@ import pytest
 from helpers import PreemptAfter, as_w8a8, tiny_qwen2
 
 from codespec.engine import Cancelled, Engine, GenerationParams, StopSignal
-from codespec.engine.attention import use_rowwise_attention
-from codespec.engine.kvcache import CachedModel
 from codespec.engine.policy import SpeculationPolicy
+from codespec.torch_backend.attention import use_rowwise_attention
+from codespec.torch_backend.kvcache import CachedModel
 
 PROMPT = [(7 * i + 3) % 96 for i in range(30)]
 # the prompts after typing: one more token; the last token replaced (typed text tokenized

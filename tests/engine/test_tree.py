@@ -3,7 +3,7 @@
 import numpy as np
 
 from codespec.engine import Candidate, TokenTree
-from codespec.engine.kvcache import CachedModel
+from codespec.torch_backend.kvcache import CachedModel
 
 
 def test_attention_mask_is_ancestors_only():

@@ -34,15 +34,16 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from . import decoder, prefill
-from .ahead import TreeLookAhead
+from ..engine import prefill
+from ..engine.ahead import TreeLookAhead
+from ..engine.backend import NO_ROW_LIMIT
+from ..engine.slots import PARKED_BUDGET_BYTES, Slot, SlotPool
+from ..engine.stop import Cancelled, StopSignal
+from ..engine.tree import Logits
+from . import decoder
 from .attention import CHAIN, use_rowwise_attention
 from .attention import NAME as ATTENTION_NAME
-from .backend import NO_ROW_LIMIT
 from .buffers import cache_bytes, fork, growing
-from .slots import PARKED_BUDGET_BYTES, Slot, SlotPool
-from .stop import Cancelled, StopSignal
-from .tree import Logits
 
 
 class CachedModel:
