@@ -5,7 +5,8 @@
 // our own InlineCompletionItemProvider (inline.ts) over that connection, so that streamed text,
 // accept word / line and the verdicts of lsp/PROTOCOL.md work on the stable VS Code API. A status
 // bar item shows loading / ready / busy / disabled / error with the last latency and tokens per
-// target pass; the palette has enable/disable (globally or for a language), restart and stats.
+// target pass (status.ts); the palette has enable/disable (globally or for a language), restart,
+// choosing a model and the stats page (stats.ts).
 
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -21,21 +22,22 @@ import {
 import { GhostText } from "./inline";
 import { NextEdits } from "./nextedit";
 import { findServer, modelDescription, type ModelRow, serverSettings, userBinFolders } from "./pure";
-
-type Status = "starting" | "loading" | "ready" | "busy" | "disabled" | "error" | "remote unreachable";
+import { statsPage, type StatsReport } from "./stats";
+import { StatusBar } from "./status";
 const SCHEMES = ["file", "untitled"]; // the documents codespec completes (and the client syncs)
 
 class Codespec {
   client: LanguageClient | undefined;
-  status: Status = "starting";
-  detail = "";
-  lastLatencyMs: number | undefined;
-  tokensPerPass: number | undefined;
-  serverCommand: string | undefined; // the `codespec` executable this window started
   private statsAsked = 0;
   private inFlight = false; // a completion request waits for its reply
-  readonly bar = vscode.window.createStatusBarItem("codespec.status", vscode.StatusBarAlignment.Right, 100);
   readonly output = vscode.window.createOutputChannel("codespec", { log: true });
+  readonly bar = new StatusBar(
+    () => {
+      const language = vscode.window.activeTextEditor?.document.languageId;
+      return !config().get<boolean>("enabled", true) || (language !== undefined && !this.enabledFor(language));
+    },
+    (message) => this.debug(message),
+  );
   readonly ghost = new GhostText(
     () => this.running(),
     (document) => this.enabledFor(document.languageId),
@@ -43,17 +45,17 @@ class Codespec {
     {
       busy: () => {
         this.inFlight = true;
-        if (this.status !== "loading") {
-          this.setStatus("busy");
+        if (this.bar.status !== "loading") {
+          this.bar.set("busy");
         }
       },
       done: (latencyMs, error) => {
         this.inFlight = false;
         if (latencyMs !== undefined) {
-          this.lastLatencyMs = latencyMs;
+          this.bar.lastLatencyMs = latencyMs;
           this.askTokensPerPass();
         }
-        this.setStatus(error ? "error" : "ready", error ?? "");
+        this.bar.set(error ? "error" : "ready", error ?? "");
       },
     },
     (message) => this.debug(message),
@@ -68,12 +70,6 @@ class Codespec {
     }
   }
 
-  constructor() {
-    this.bar.name = "codespec";
-    this.bar.command = "codespec.showStatus";
-    this.bar.show();
-  }
-
   /** The client, while it runs. */
   running(): LanguageClient | undefined {
     return this.client?.state === State.Running ? this.client : undefined;
@@ -82,95 +78,6 @@ class Codespec {
   enabledFor(languageId: string): boolean {
     const c = config();
     return c.get<boolean>("enabled", true) && !c.get<string[]>("disabledLanguages", []).includes(languageId);
-  }
-
-  /** The daemon's engine is a remote server it cannot reach (`codespec/status`), and why. */
-  remoteDown?: string;
-
-  /** The model the daemon runs (`codespec/status`), once it has loaded. */
-  model?: string;
-
-  onEngineStatus(params: { state?: string; message?: string; model?: string }): void {
-    this.remoteDown = params?.state === "remote unreachable" ? (params.message ?? "") : undefined;
-    if (typeof params?.model === "string") {
-      this.model = params.model;
-    }
-    this.debug(`engine ${params?.state} ${params?.message ?? ""} model ${this.model ?? "-"}`);
-    if (params?.state === "switching") {
-      this.setStatus("loading", params.message ?? "");
-      return;
-    }
-    if (params?.state === "ready" && params?.model && this.status === "loading") {
-      this.setStatus("ready"); // the model has loaded (after a switch, no progress may come)
-      return;
-    }
-    this.render();
-  }
-
-  setStatus(status: Status, detail = ""): void {
-    this.debug(`status ${status} ${detail}`);
-    this.status = status;
-    this.detail = detail;
-    this.render();
-  }
-
-  render(): void {
-    const language = vscode.window.activeTextEditor?.document.languageId;
-    let status: Status = this.status;
-    const off = !config().get<boolean>("enabled", true) || (language !== undefined && !this.enabledFor(language));
-    if (status === "ready" && off) {
-      status = "disabled";
-    }
-    if ((status === "ready" || status === "busy") && this.remoteDown !== undefined) {
-      status = "remote unreachable";
-    }
-    const icon = {
-      starting: "$(sync~spin)",
-      loading: "$(sync~spin)",
-      busy: "$(loading~spin)",
-      ready: "$(check)",
-      disabled: "$(circle-slash)",
-      error: "$(error)",
-      "remote unreachable": "$(debug-disconnect)",
-    }[status];
-    const figures: string[] = [];
-    if (this.lastLatencyMs !== undefined) {
-      figures.push(`${Math.round(this.lastLatencyMs)} ms`);
-    }
-    if (this.tokensPerPass) {
-      figures.push(`${this.tokensPerPass.toFixed(2)} tok/pass`);
-    }
-    this.bar.text = `${icon} codespec: ${status}${figures.length ? " · " + figures.join(" · ") : ""}`;
-    this.bar.tooltip = this.statusText(status);
-    this.bar.backgroundColor =
-      status === "error"
-        ? new vscode.ThemeColor("statusBarItem.errorBackground")
-        : status === "remote unreachable"
-          ? new vscode.ThemeColor("statusBarItem.warningBackground")
-          : undefined;
-  }
-
-  statusText(status: Status = this.status): string {
-    const parts = [`codespec: ${status}`];
-    if (this.detail) {
-      parts.push(`(${this.detail})`);
-    }
-    if (status === "remote unreachable" && this.remoteDown) {
-      parts.push(`(${this.remoteDown})`);
-    }
-    if (this.model) {
-      parts.push(`model ${this.model}`);
-    }
-    if (this.lastLatencyMs !== undefined) {
-      parts.push(`last completion ${Math.round(this.lastLatencyMs)} ms`);
-    }
-    if (this.tokensPerPass) {
-      parts.push(`${this.tokensPerPass.toFixed(2)} tokens per target pass`);
-    }
-    if (this.serverCommand) {
-      parts.push(`server ${this.serverCommand}`);
-    }
-    return parts.join(", ");
   }
 
   /** The daemon's tokens per target pass, asked at most every 5 s after a completion. */
@@ -184,8 +91,8 @@ class Codespec {
       (report) => {
         const tpp = report?.daemon?.tokens_per_pass;
         if (typeof tpp === "number") {
-          this.tokensPerPass = tpp;
-          this.render();
+          this.bar.tokensPerPass = tpp;
+          this.bar.render();
         } else {
           this.statsAsked = 0; // nothing counted yet: ask again after the next completion
         }
@@ -201,9 +108,9 @@ class Codespec {
     const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
     const userBins = userBinFolders(process.env, os.homedir());
     const server = findServer(c.get("serverPath", ""), c.get<string[]>("serverArgs", []), process.env.PATH ?? "", folders, userBins);
-    this.serverCommand = server?.command;
+    this.bar.serverCommand = server?.command;
     if (!server) {
-      this.setStatus("error", "server not found");
+      this.bar.set("error", "server not found");
       const where = c.get("serverPath", "")
         ? `\`codespec.serverPath\` (${c.get("serverPath")}) is neither an executable nor a checkout with .venv/bin/codespec`
         : `\`codespec\` was not found on PATH, in a workspace's .venv or in ${userBins.join(", ")}`;
@@ -229,35 +136,35 @@ class Codespec {
     const client = new LanguageClient("codespec", "codespec", serverOptions, clientOptions);
     client.registerFeature(verdictsCapability);
     client.onNotification("codespec/partialCompletion", (params) => this.ghost.onPartial(params));
-    client.onNotification("codespec/status", (params) => this.onEngineStatus(params));
+    client.onNotification("codespec/status", (params) => this.bar.onEngineStatus(params));
     client.onDidChangeState((event) => {
       if (event.newState === State.Stopped && this.client === client) {
         this.ghost.forget();
-        this.setStatus("error", "server stopped");
+        this.bar.set("error", "server stopped");
       }
     });
     this.client = client;
-    this.setStatus("starting");
+    this.bar.set("starting");
     try {
       await client.start();
     } catch (error) {
-      this.setStatus("error", String((error as Error)?.message ?? error));
+      this.bar.set("error", String((error as Error)?.message ?? error));
       return;
     }
     // the daemon reports loading the model with work-done progress: show it here
     client.onRequest("window/workDoneProgress/create", (params: { token: string | number }) => {
       client.onProgress(WorkDoneProgress.type, params.token, (value) => {
         if (value.kind === "end") {
-          this.setStatus(this.inFlight ? "busy" : "ready");
+          this.bar.set(this.inFlight ? "busy" : "ready");
           this.completeWhereAsked();
         } else {
-          this.setStatus("loading", value.message ?? (value.kind === "begin" ? value.title : ""));
+          this.bar.set("loading", value.message ?? (value.kind === "begin" ? value.title : ""));
         }
       });
       return null;
     });
-    if (this.status === "starting") {
-      this.setStatus("ready");
+    if (this.bar.status === "starting") {
+      this.bar.set("ready");
     }
   }
 
@@ -308,7 +215,7 @@ class Codespec {
     if (!c.get<boolean>("enabled", true)) {
       this.ghost.forget();
     }
-    this.render();
+    this.bar.render();
   }
 
   /** Where the cursor rests, so that the daemon warms the prompt there (`codespec/cursor`). */
@@ -343,7 +250,7 @@ class Codespec {
   async showStatus(): Promise<void> {
     const enabled = config().get<boolean>("enabled", true);
     const choice = await vscode.window.showInformationMessage(
-      this.statusText(),
+      this.bar.text(),
       "Show Stats",
       enabled ? "Disable" : "Enable",
       "Restart",
@@ -380,7 +287,7 @@ class Codespec {
     }
     try {
       await client.sendRequest("codespec/chooseModel", { name: chosen.label });
-      this.setStatus("loading", `switching to ${chosen.label}`);
+      this.bar.set("loading", `switching to ${chosen.label}`);
     } catch (error) {
       vscode.window.showWarningMessage(`codespec: ${(error as Error)?.message ?? error}`);
     }
@@ -427,47 +334,6 @@ const verdictsCapability: StaticFeature = {
   clear() {},
 };
 
-interface StatsGroup {
-  key: string;
-  shown: number;
-  accepted: number;
-  partial: number;
-  rejected: number;
-  acceptance_rate: number | null;
-  tokens_per_pass: number | null;
-  latency_ms?: { total_ms?: { p50?: number | null } };
-}
-interface StatsReport {
-  total?: StatsGroup;
-  groups?: StatsGroup[];
-  daemon?: { tokens_per_pass?: number | null };
-}
-
-function escapeHtml(value: unknown): string {
-  return String(value ?? "").replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
-}
-
-function statsPage(report: StatsReport): string {
-  const percent = (x: number | null | undefined) => (typeof x === "number" ? `${(100 * x).toFixed(0)}%` : "–");
-  const number = (x: number | null | undefined, digits = 0) => (typeof x === "number" ? x.toFixed(digits) : "–");
-  const rows = [...(report.groups ?? []), ...(report.total ? [{ ...report.total, key: "all" }] : [])]
-    .map(
-      (g) =>
-        `<tr><td>${escapeHtml(g.key)}</td><td>${g.shown}</td><td>${g.accepted}</td><td>${g.partial}</td>` +
-        `<td>${g.rejected}</td><td>${percent(g.acceptance_rate)}</td><td>${number(g.tokens_per_pass, 2)}</td>` +
-        `<td>${number(g.latency_ms?.total_ms?.p50)}</td></tr>`,
-    )
-    .join("");
-  return `<!DOCTYPE html><html><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline';">
-<style>body{font-family:var(--vscode-font-family);color:var(--vscode-foreground)}
-table{border-collapse:collapse}td,th{padding:4px 10px;text-align:right}td:first-child,th:first-child{text-align:left}
-tr{border-bottom:1px solid var(--vscode-panel-border)}</style></head><body>
-<h2>codespec acceptance (all time)</h2>
-<table><tr><th>language</th><th>shown</th><th>accepted</th><th>partial</th><th>rejected</th><th>acceptance</th><th>tokens/pass</th><th>p50 ms</th></tr>
-${rows || '<tr><td colspan="8">nothing recorded yet</td></tr>'}</table></body></html>`;
-}
-
 // -- activation -----------------------------------------------------------------------------
 
 let codespec: Codespec | undefined;
@@ -509,7 +375,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("codespec.chooseModel", () => cs.chooseModel()),
     vscode.workspace.onDidChangeConfiguration((event) => cs.configurationChanged(event)),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void cs.restart()), // now its files may be read
-    vscode.window.onDidChangeActiveTextEditor(() => cs.render()),
+    vscode.window.onDidChangeActiveTextEditor(() => cs.bar.render()),
     vscode.window.onDidChangeTextEditorSelection((event) => {
       void cs.ghost.updateContext();
       clearTimeout(restTimer);
