@@ -7,15 +7,14 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from .. import machine
 from ..engine.calibration import Calibration
 from ..memory import return_freed_memory
 from . import corpus, report, sources
-from .inputs import command_line, load_pair
-from .runner import bench_settings, peak_memory_mb, run_hole
+from .inputs import command_line, load_pair, settings_for
+from .runner import peak_memory_mb, run_hole
 
 
 def run_holes(
@@ -41,9 +40,7 @@ def run_holes(
         f"prefill {pair.engine.prefill_rate:.0f} tokens/s; "
         f"{rows_text(pair.local.calibration)}"
     )
-    settings = bench_settings(max_tokens)
-    if args.prompt_seconds is not None:
-        settings = replace(settings, prompt_seconds=args.prompt_seconds)
+    settings = settings_for(args, max_tokens)
     rows = []
     for i, hole in enumerate(holes):
         row = run_hole(pair, hole, settings, spec_first=i % 2 == 0)

@@ -17,6 +17,7 @@ from . import corpus, sources
 
 if TYPE_CHECKING:
     from ..runtime import LoadedPair
+    from ..settings import Settings
 
 MAX_JSON_BYTES = 256 << 20
 # what the docs writer reads of a run's JSON
@@ -130,3 +131,12 @@ def load_pair(args: argparse.Namespace, log, **changes: Any) -> LoadedPair:
 
     options = replace(LoadOptions.from_args(args), **changes)
     return options.load(pair_named(args.pair, args.model, draft=args.draft_model), log)
+
+
+def settings_for(args: argparse.Namespace, max_tokens: int) -> Settings:
+    """The daemon's settings as the bench runs them (``runner.bench_settings``), with the
+    ``--prompt-seconds`` the flags give."""
+    from .runner import bench_settings
+
+    seconds = args.prompt_seconds
+    return bench_settings(max_tokens, **({} if seconds is None else {"prompt_seconds": seconds}))

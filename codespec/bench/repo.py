@@ -30,8 +30,8 @@ from ..workspace.reading import ReadLimits, language_of
 from ..workspace.symbols import KEYWORDS
 from . import sources
 from .corpus import Hole, make_hole
-from .inputs import command_line, load_pair
-from .runner import bench_settings, cursor_of, options_for, quality
+from .inputs import command_line, load_pair, settings_for
+from .runner import cursor_of, options_for, quality
 from .sources import Package, source_files
 
 MAX_REPO_FILES = 300  # a "repository" is the largest folder around the file with at most these
@@ -314,9 +314,7 @@ def run_repo_mode(args, corpus_dir: Path, languages, per_kind: int, max_tokens: 
     """``--repo``: repository holes, in-file context against workspace context (``repo.py``)."""
     present = sources.packages(corpus_dir, set(languages))
     pair = load_pair(args, log)
-    settings = bench_settings(max_tokens)
-    if args.prompt_seconds is not None:
-        settings = replace(settings, prompt_seconds=args.prompt_seconds)
+    settings = settings_for(args, max_tokens)
     log(f"{machine.cpu_kind()}: prefill {pair.engine.prefill_rate:.0f} tokens/s")
     lines = args.repo_lines
     result = run_repo(pair, present, languages, per_kind, args.seed, settings, log=log, lines=lines)
