@@ -331,3 +331,70 @@ def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
     # the embedded model follows this rename, and is sure of it (it would be shown at ``low``)
     assert fast.hunk is not None and "count" not in fast.hunk.new, fast.updated
     assert fast.hunk.new.count("subtotal") >= 2 and fast.confidence >= EAGERNESS["low"]
+
+
+SHAPES = """def area(width, height):
+    return width * height
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+
+
+def describe(width, height):
+    a = area(width, height)
+    p = perimeter(width, height)
+    return f"{width}x{height}: area {a}, perimeter {p}"
+"""
+
+
+@pytest.mark.parametrize("eagerness", ["medium", "high"])
+def test_the_reviewers_rename_never_draws_an_edit_that_breaks_the_file(eagerness):
+    """The outside review's case on the embedded pair: ``width`` renamed to ``w`` in ``area()``.
+    The model once offered ``describe`` rewritten with an invented ``main()`` whose return used
+    names defined nowhere; whatever it offers now, what is shown leaves a file that parses, uses
+    no undefined name and defines nothing new, and a refusal says why in the stats row."""
+    pytest.importorskip("llama_cpp")
+    import ast
+
+    from pyflakes import checker, messages
+
+    from codespec.completion import CompletionOptions
+    from codespec.languages import language_for
+    from codespec.nextedit.edits import EAGERNESS
+    from codespec.nextedit.guard import REFUSALS, applied
+    from codespec.nextedit.history import EditHistory
+    from codespec.runtime import load_pair
+    from codespec.server.kinds import NextEditJob
+    from codespec.server.places import NextEditAsk
+    from codespec.stops import Cursor
+
+    pair = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
+    history = EditHistory.opened(SHAPES)
+    text = SHAPES
+    for at in (text.index("width", 9), text.index("width * height")):  # (both in ``area``)
+        history.record(text, at, "width", "w", now=0.0)
+        text = text[:at] + "w" + text[at + len("width") :]
+    assert text.startswith("def area(w, height):\n    return w * height\n")
+    cursor = Cursor(
+        text[: text.index("\n") + 1], text[text.index("\n") + 1 :], language_for("python")
+    )
+    ask = NextEditAsk(text, 1, history, EAGERNESS[eagerness])
+    job = NextEditJob(
+        1, "file:///shapes.py", 2, cursor, CompletionOptions(), path="shapes.py", ask=ask
+    )
+    result = job.run(pair, lambda _: None)
+    found, shown = job.found, job.edit()
+    assert found is not None
+    if job.refused is not None:
+        assert job.refused in REFUSALS and shown is None and result.text == ""
+        assert result.stats is not None and result.stats.stop_reason == f"refused: {job.refused}"
+    if shown is not None:
+        first = found.window.first
+        after, _ = applied(text, first + shown.first, first + shown.end, shown.new)
+        tree = ast.parse(after)  # it parses
+        undefined = [
+            m for m in checker.Checker(tree).messages if isinstance(m, messages.UndefinedName)
+        ]
+        assert undefined == [], after
+        assert after.count("def ") == text.count("def "), after  # nothing invented

@@ -429,16 +429,21 @@ def test_close_folds_the_wal_into_the_file(tmp_path):
 # -- the report ------------------------------------------------------------------------------
 
 
+STOPS = ["", "eos", "max_tokens", "stop_rule", "cancelled", "refused: parse"]
+
+
 def random_rows(rng, n: int) -> list[dict]:
     """Rows of every outcome, verdict, stop and missing latency, over ten days."""
     rows = []
     for i in range(n):
         outcome = rng.choice(["served", "served", "empty", "cancelled", "stale", "failed"])
         extra = {
-            "kind": rng.choice(["single", "multi", "none"]),
+            "kind": rng.choice(["single", "multi", "none", "next-edit"]),
             "trigger": rng.choice(["auto", "invoked"]),
             "outcome": outcome,
-            "stop": rng.choice(["", "eos", "max_tokens", "stop_rule", "cancelled"]),
+            "stop": rng.choice(
+                ["", "eos", "max_tokens", "stop_rule", "cancelled", "refused: parse"]
+            ),
             "tokens": rng.randrange(0, 60),
             "chars": rng.randrange(0, 300),
             "lines": rng.randrange(0, 9),
@@ -462,7 +467,7 @@ def random_rows(rng, n: int) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("by", ["language", "kind", "day", "context"])
+@pytest.mark.parametrize("by", ["language", "kind", "day", "context", "ending"])
 @pytest.mark.parametrize(
     "since, language", [("all", None), ("3d", None), ("12h", None), ("all", "rust")]
 )

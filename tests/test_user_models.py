@@ -529,8 +529,9 @@ def test_next_edits_run_on_the_users_next_edit_model(tmp_path, tiny, tiny_manife
     try:
         wait_for_socket(socket_path)
         client = folder_session(socket_path, [], {"nextEditEagerness": "high"})
-        uri = (tmp_path / "cart.py").as_uri()
-        client.send(did_open(uri, "def total(items):\n    count = 0\n    return count\n"))
+        uri = (tmp_path / "cart.txt").as_uri()  # (plain text: the random model's edit is noise)
+        text = "def total(items):\n    count = 0\n    return count\n"
+        client.send(did_open(uri, text, "plaintext"))
         at = {"line": 1, "character": 4}
         client.send(
             {

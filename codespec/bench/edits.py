@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import machine
-from ..languages import LANGUAGES
-from ..nextedit.edits import EAGERNESS, LineEdit
+from ..languages import LANGUAGES, language_for
+from ..nextedit import guard
+from ..nextedit.edits import EAGERNESS, LineEdit, window_edits
 from ..nextedit.suggest import NextEdit, suggest
 from ..stats.summary import percentiles
 from . import sources
@@ -39,15 +41,28 @@ def applied(window: str, edit: LineEdit | None) -> str:
     return "".join(lines)
 
 
-def judged(case: EditCase, found: NextEdit) -> dict:
-    """At each eagerness level: whether an edit is shown, whether the window it makes is the
-    expected one, and the share of the expected changed lines it gets right."""
+def guarded(case: EditCase, found: NextEdit) -> str | None:
+    """Why the daemon would not show the edit found (``nextedit/guard.py``; None: it would):
+    the whole file after it checked, as the daemon checks it."""
+    if found.hunk is None:
+        return None
+    first, hunk = found.window.first, found.hunk
+    after, lines = guard.applied(case.text, first + hunk.first, first + hunk.end, hunk.new)
+    recent = [(edit.old, edit.new) for edit in case.history().edits]
+    language = language_for(case.language)
+    return guard.refusal(language, case.text, after, lines, recent, (hunk.old, hunk.new))
+
+
+def judged(case: EditCase, found: NextEdit, refused: str | None = None) -> dict:
+    """At each eagerness level: whether an edit is shown (not where the guard refused it),
+    whether the window it makes is the expected one, and the share of the expected changed
+    lines it gets right."""
     current = case.window().text
     want = case.expected.splitlines(keepends=True)
     sites = [k for k, line in enumerate(current.splitlines(keepends=True)) if want[k] != line]
     levels = {}
     for level, least in EAGERNESS.items():
-        shown = found.hunk is not None and found.confidence >= least
+        shown = found.hunk is not None and found.confidence >= least and refused is None
         result = applied(current, found.hunk if shown else None)
         got = result.splitlines(keepends=True)
         fixed = sum(1 for k in sites if k < len(got) and got[k] == want[k])
@@ -55,27 +70,43 @@ def judged(case: EditCase, found: NextEdit) -> dict:
             "shown": shown,
             "exact": result == case.expected,
             "partial": fixed / len(sites) if sites else None,
+            "over_reach": shown and _reaches_past(found.hunk, sites),
         }
     return levels
 
 
+def _reaches_past(hunk: LineEdit | None, sites: list[int]) -> bool:
+    """Whether ``hunk`` changes a line the expected edit leaves as it is."""
+    if hunk is None:
+        return False
+    changed = window_edits(hunk.old, hunk.new)
+    touched = {hunk.first + k for e in changed for k in range(e.first, max(e.end, e.first + 1))}
+    return bool(touched - set(sites))
+
+
 def run_case(pair, separator: str, case: EditCase) -> dict:
-    """One case: speculative from a cold prompt (timed whole), then plain on the cached one."""
+    """One case: speculative from a cold prompt (timed whole), the same request again on the
+    warm document (its prompt cached, as a second request in a file finds it), then plain."""
     t0 = time.perf_counter()
     found = suggest(
         pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history()
     )
     latency = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    suggest(pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history())
+    warm_latency = time.perf_counter() - t0
     plain = suggest(
         pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history(),
         speculate=False,
     )  # fmt: skip
     stats = found.stats
+    refused = guarded(case, found)
     return {
         "language": case.language,
         "kind": case.kind,
         "origin": case.origin,
         "latency_s": latency,
+        "warm_latency_s": warm_latency,
         "prefill_s": stats.prefill_s,
         "prompt_tokens": found.prompt_tokens,
         "prefill_tokens": stats.prefill_tokens,
@@ -86,7 +117,8 @@ def run_case(pair, separator: str, case: EditCase) -> dict:
         "plain_passes": plain.stats.target_passes + 1,
         "same": plain.tokens == found.tokens,
         "confidence": found.confidence if found.hunk is not None else None,
-        "levels": judged(case, found),
+        "refused": refused,
+        "levels": judged(case, found, refused),
     }
 
 
@@ -125,6 +157,10 @@ def summarize(rows: list[dict]) -> dict:
             "exact": _share([r["levels"][level]["exact"] for r in follow]),
             "partial": statistics.fmean(partial) if partial else None,
             "drawn_when_none": _share([r["levels"][level]["shown"] for r in none_needed]),
+            # of the edits shown where one was needed: those changing a line it leaves be
+            "over_reach": _share(
+                [r["levels"][level]["over_reach"] for r in follow if r["levels"][level]["shown"]]
+            ),
         }
     return {
         "cases": len(rows),
@@ -133,11 +169,14 @@ def summarize(rows: list[dict]) -> dict:
         "levels": levels,
         "latency_p50_s": latency["p50"],
         "latency_p95_s": latency["p95"],
+        "warm_latency_p50_s": percentiles([r["warm_latency_s"] for r in rows])["p50"],
         "prefill_share": sum(r["prefill_s"] for r in rows) / max(latency_total, 1e-9),
         "generation_p50_s": statistics.median(r["generation_s"] for r in rows) if rows else None,
         "tokens_per_pass": sum(r["tokens"] for r in rows) / max(sum(r["passes"] for r in rows), 1),
         "speedup": sum(r["plain_generation_s"] for r in rows) / max(generation, 1e-9),
         "same": sum(1 for r in rows if r["same"]),
+        # edits the guard kept from the user, by reason (the rows above count them as not shown)
+        "refused": dict(Counter(r["refused"] for r in rows if r.get("refused"))),
     }
 
 
@@ -148,18 +187,21 @@ def _share(flags: list[bool]) -> float | None:
 def table(summary: dict) -> str:
     """The figures per language (at the default eagerness), then each level over all."""
     head = (
-        "| language | cases | exact | partial | drawn where none needed | p50 s | p95 s "
-        "| prefill share | tokens/pass | speedup over plain | same as plain |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| language | cases | exact | partial | drawn where none needed | over-reach "
+        "| p50 s | p95 s | warm p50 s "
+        "| prefill share | tokens/pass | speedup over plain | same as plain | refused |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for key, s in summary.items():
         level = s["levels"][DEFAULT_LEVEL]
         lines.append(
             f"| {key} | {s['cases']} | {_pct(level['exact'])} | {_pct(level['partial'])} "
-            f"| {_pct(level['drawn_when_none'])} | {_num(s['latency_p50_s'])} "
-            f"| {_num(s['latency_p95_s'])} | {_pct(s['prefill_share'])} "
-            f"| {s['tokens_per_pass']:.1f} | {s['speedup']:.2f}x | {s['same']}/{s['cases']} |"
+            f"| {_pct(level['drawn_when_none'])} | {_pct(level['over_reach'])} "
+            f"| {_num(s['latency_p50_s'])} | {_num(s['latency_p95_s'])} "
+            f"| {_num(s['warm_latency_p50_s'])} | {_pct(s['prefill_share'])} "
+            f"| {s['tokens_per_pass']:.1f} | {s['speedup']:.2f}x | {s['same']}/{s['cases']} "
+            f"| {_refusals(s.get('refused', {}))} |"
         )
     lines += ["", "| eagerness | exact | partial | drawn where none needed |", "|---|---|---|---|"]
     for level, figures in summary["all"]["levels"].items():
@@ -168,6 +210,10 @@ def table(summary: dict) -> str:
             f"| {_pct(figures['partial'])} | {_pct(figures['drawn_when_none'])} |"
         )
     return "\n".join(lines)
+
+
+def _refusals(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())) or "-"
 
 
 def _pct(value: float | None) -> str:

@@ -31,6 +31,11 @@ SHORT.maxstring = SHORT.maxother = 60
 SHORT.maxlist = SHORT.maxdict = 4
 SHORT.maxlevel = 2
 ALIASES = {camel_case(name): name for name in SETTINGS}  # camelCase -> field name
+# What Copilot's language server reads beside its settings, which Copilot-style clients send
+# (copilot-lsp's stock configuration, sidekick.nvim): who the client is, and its telemetry
+# level. codespec has nothing to set from them (it sends no telemetry; the client's name comes
+# from ``clientInfo``): known, so never reported as unknown.
+COPILOT_CLIENT_KEYS = frozenset({"editorInfo", "editorPluginInfo", "telemetry"})
 
 
 def check(name: str, value: Any) -> Any:
@@ -66,7 +71,9 @@ def merge(base: Settings, values: dict[str, Any] | None) -> tuple[Settings, list
         return base, [f"settings must be an object, got {type(values).__name__}"]
     changes: dict[str, Any] = {}
     problems: list[str] = []
-    unknown = [k for k in values if ALIASES.get(k, k) not in SETTINGS]
+    unknown = [
+        k for k in values if ALIASES.get(k, k) not in SETTINGS and k not in COPILOT_CLIENT_KEYS
+    ]
     if len(unknown) == 1:
         problems.append(f"unknown setting {unknown[0]!r} ignored")
     elif unknown:  # one line however many (an editor shows each problem to the user)
@@ -92,9 +99,13 @@ def _shown(value: Any) -> str:
 
 
 def _valid(declared: Field, value: Any) -> Any | None:
-    """``value`` as the setting ``declared`` holds it, or None when it does not fit."""
+    """``value`` as the setting ``declared`` holds it, or None when it does not fit. A switch
+    (a true-or-false setting) also takes Copilot's shape for one, ``{"enabled": bool}``
+    (``nextEditSuggestions: {enabled: true}``, as Copilot's language server reads it)."""
     default, limits = declared.default, declared.metadata
     if isinstance(default, bool):
+        if isinstance(value, dict) and value.keys() == {"enabled"}:
+            value = value["enabled"]
         return value if isinstance(value, bool) else None
     if isinstance(default, int | float):
         kinds = int if isinstance(default, int) else int | float

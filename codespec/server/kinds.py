@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..completion import CompletionResult, complete, complete_raw, prompt_at, raw_prompt
 from ..lookahead import likely_next_chars, next_key_prompts
+from ..nextedit.edits import LineEdit
+from ..nextedit.guard import applied, refusal
 from ..nextedit.suggest import NextEdit, suggest
 from ..stats.record import Timing, new_id
 from ..stops import Mode
@@ -130,6 +132,7 @@ class NextEditJob(Job):
 
     ask: NextEditAsk = field(kw_only=True)
     found: NextEdit | None = None
+    refused: str | None = None  # why the edit found may not be shown (``nextedit/guard.py``)
 
     def run(self, pair: LoadedPair, on_text: OnText) -> CompletionResult:
         model = pair.next_edit or pair
@@ -141,10 +144,25 @@ class NextEditJob(Job):
             model.engine, model.tokenizer, separator, self.path or "file", ask.text, ask.line,
             ask.history, stop=self.signal,
         )  # fmt: skip
-        text = found.updated if found.shown(ask.least_confidence) is not None else ""
+        hunk = found.shown(ask.least_confidence)
+        if hunk is not None:  # sure enough: would the file be whole after it?
+            first = found.window.first
+            after, lines = applied(ask.text, first + hunk.first, first + hunk.end, hunk.new)
+            recent = [(edit.old, edit.new) for edit in ask.history.edits]
+            replaced = (hunk.old, hunk.new)
+            self.refused = refusal(self.cursor.language, ask.text, after, lines, recent, replaced)
+            if self.refused is not None:
+                found.stats.stop_reason = f"refused: {self.refused}"  # (counted in the stats)
+        text = found.updated if self.edit() is not None else ""
         return CompletionResult(
             text, Mode.BLOCK, found.stats, prompt_tokens=found.prompt_tokens, tokens=found.tokens
         )
+
+    def edit(self) -> LineEdit | None:
+        """The edit to show (None: none found, not sure enough, or refused)."""
+        if self.found is None or self.refused is not None:
+            return None
+        return self.found.shown(self.ask.least_confidence)
 
     def stats_kind(self, result: CompletionResult | None) -> str:
         return "next-edit"

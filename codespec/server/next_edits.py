@@ -8,7 +8,10 @@ answer for a document that moved on meanwhile is dropped, as completions' are.
 
 An answer holds one edit (Copilot's clients read an answer's edits as alternatives and show the
 first), shown only where the model is sure enough of it for the user's ``nextEditEagerness``.
-It is a suggestion like a completion, with its id in its ``command``, so the verdicts reach the
+Nothing is asked of the model after an edit that calls for none (whitespace, a comment's words,
+fresh code on blank lines: ``nextedit/asking.py``), and an edit that would leave the file
+broken is never shown (``nextedit/guard.py``). It is a
+suggestion like a completion, with its id in its ``command``, so the verdicts reach the
 stats (``stats/verdicts.py``): the edit's new text between the lines around it.
 """
 
@@ -21,6 +24,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from ..languages import language_for
+from ..nextedit.asking import worth_asking
 from ..nextedit.edits import EAGERNESS, LineEdit
 from ..nextedit.prompt import Window
 from ..settings import completion_options
@@ -47,6 +52,8 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     doc = record.document
     if not state.settings.next_edit_suggestions or not completes_in(state, record):
         return {"edits": []}
+    if not worth_asking(doc.history, language_for(doc.language_id, doc.uri)):
+        return {"edits": []}  # (an edit that calls for none: no model run)
     encoding = ls.protocol.encoding
     position = doc.clamp(position, encoding)
     offset = doc.offset_at(position, encoding)
@@ -55,8 +62,7 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history), least)
     job = NextEditJob.at(place, ask=ask)
     await run_job(ls, job)
-    found = job.found
-    hunk = found.shown(least) if found is not None else None
+    found, hunk = job.found, job.edit()
     if found is None or hunk is None or job.stale():
         return {"edits": []}  # (an edit held back is not a suggestion: its stats row says so)
     state.ledger.offered(_suggestion(doc, found.window, hunk, job.id))

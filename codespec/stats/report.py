@@ -17,7 +17,7 @@ from ..sources import RECORDED_SOURCES
 from .record import REQUEST_COLUMNS, Outcome, number, read
 from .summary import LAST_DAY_S, UNKNOWN, percentiles, proposer, ratio, summaries
 
-GROUPINGS = ("language", "kind", "day", "context", "client")
+GROUPINGS = ("language", "kind", "day", "context", "client", "ending")
 LATENCIES = ("queue_ms", "prefill_ms", "first_ms", "total_ms")
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -98,6 +98,8 @@ def group_key(row: dict, by: str) -> str:
         return f"{row['language']} {sources or 'in-file'}"
     if by == "client":
         return row.get("client") or UNKNOWN
+    if by == "ending":
+        return f"{row['kind']}: {row.get('stop') or row['outcome']}"
     return str(row["language"]) if row["language"] is not None else UNKNOWN
 
 

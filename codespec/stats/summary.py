@@ -37,6 +37,9 @@ _KEYS = {
     "context": "language || ' ' || CASE WHEN context = '' THEN 'in-file' "
     "ELSE replace(context, ',', '+') END",
     "client": f"CASE WHEN client = '' THEN '{UNKNOWN}' ELSE client END",
+    # how requests of each kind ended: a stop reason where the model ran (a next edit the
+    # guard refused says why: ``nextedit/guard.py``), else the outcome
+    "ending": "kind || ': ' || CASE WHEN stop = '' THEN outcome ELSE stop END",
 }
 GROUP_SQL = {by: f"COALESCE(CAST(({sql}) AS TEXT), '{UNKNOWN}')" for by, sql in _KEYS.items()}
 RAN = (Outcome.SERVED, Outcome.EMPTY)  # outcomes whose request ran the model

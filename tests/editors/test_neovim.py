@@ -213,9 +213,10 @@ def test_a_next_edit_is_shown_where_it_is_jumped_to_applied_or_dismissed(version
     drawn where it is (its old lines highlighted, its new ones as virtual lines); Esc dismisses
     it; asked again, Tab jumps to it from elsewhere, Tab again applies it; both verdicts reach
     the stats. (The tiny random model's edits are noise, drawn
-    whatever their probabilities at eagerness ``high``: these pin the plugin, not the model.)"""
+    whatever their probabilities at eagerness ``high``: these pin the plugin, not the model; in
+    plain text, where the guard has no syntax to keep whole.)"""
     cmd, socket_path = server
-    source = tmp_path / "cart.py"
+    source = tmp_path / "cart.txt"
     source.write_text(CART, encoding="utf-8")
     settings = {**SETTINGS, "nextEditEagerness": "high"}
     options = "next_edits={delay_ms=100}"

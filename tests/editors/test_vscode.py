@@ -477,11 +477,11 @@ def test_a_next_edit_is_drawn_jumped_to_applied_and_dismissed(
     it is (its new lines after the old ones); Escape dismisses it; asked again, Tab jumps to it
     from the file's end, Tab again applies it; both verdicts reach the stats.
     (The tiny random model's edits are noise, drawn at eagerness ``high``: this pins the
-    extension, not the model.)"""
+    extension, not the model; in plain text, where the guard has no syntax to keep whole.)"""
     settings = {**tiny_settings, "nextEditEagerness": "high"}
-    with vscode(vsix, tmp_path, settings, {"cart.py": CART}) as (server, bench):
-        source = server.folder / "cart.py"
-        bench.open("cart.py")
+    with vscode(vsix, tmp_path, settings, {"cart.txt": CART}) as (server, bench):
+        source = server.folder / "cart.txt"
+        bench.open("cart.txt")
         wait_for(lambda: "codespec: ready" in bench.status(), 90, "ready")
         bench.press("Control+Home")
         bench.page.keyboard.press("ArrowDown")

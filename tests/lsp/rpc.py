@@ -96,12 +96,12 @@ def inline_request(msg_id, uri, line, character, trigger_kind=1):
     }
 
 
-def did_open(uri, text):
+def did_open(uri, text, language="python"):
     return {
         "jsonrpc": "2.0",
         "method": "textDocument/didOpen",
         "params": {
-            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
+            "textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}
         },
     }
 

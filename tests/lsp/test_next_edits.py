@@ -1,15 +1,16 @@
 """``textDocument/copilotInlineEdit`` over real JSON-RPC on the shared daemon (a tiny random
 model: what it writes is noise, so these pin the protocol, not the edits; the embedded model's
-are in ``tests/test_real_model.py``)."""
+are in ``tests/test_real_model.py``). The documents are plain text: noise in a Python file is
+a broken file, which the guard never shows (``nextedit/guard.py``, ``test_nextedit_guard.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from lsp_helpers import SOCKET
-from rpc import did_open, folder_session
+from rpc import did_open, folder_session, unix_client
 
 SOURCE = "def total(items):\n    subtotal = 0\n    for item in items:\n        count += item\n"
-URI = "file:///tmp/next-edit/cart.py"
+URI = "file:///tmp/next-edit/cart.txt"
 
 
 def change(version: int, line: int, character: int, text: str) -> dict:
@@ -53,7 +54,7 @@ def next_edit_counts(client) -> tuple[int, int, int]:
 def asked_edit(client) -> dict:
     """The one edit a fresh session's request is answered with (eagerness high: the random
     model's noise is shown whatever its probabilities)."""
-    client.send(did_open(URI, SOURCE))
+    client.send(did_open(URI, SOURCE, "plaintext"))
     client.send(change(2, 1, 4, "sub"))  # an edit for the history
     client.sock.settimeout(120)
     edits = ask(client, "nes")["result"]["edits"]
@@ -114,7 +115,7 @@ def test_an_edit_the_model_is_not_sure_of_is_held_back(daemon):
     """The random model's noise has low probabilities: at the default eagerness it is not
     shown (at ``high`` the same request draws an edit, above)."""
     client = folder_session(SOCKET, [], {})
-    client.send(did_open(URI, SOURCE))
+    client.send(did_open(URI, SOURCE, "plaintext"))
     client.send(change(2, 1, 4, "sub"))
     client.sock.settimeout(120)
     assert ask(client, "nes")["result"] == {"edits": []}
@@ -126,7 +127,7 @@ def test_an_edit_the_model_is_not_sure_of_is_held_back(daemon):
 
 def test_next_edits_turned_off_answer_none_at_once(daemon):
     client = folder_session(SOCKET, [], {"nextEditSuggestions": False})
-    client.send(did_open(URI, SOURCE))
+    client.send(did_open(URI, SOURCE, "plaintext"))
     assert ask(client, 1)["result"] == {"edits": []}
 
 
@@ -141,7 +142,7 @@ def test_next_edits_turned_off_answer_none_at_once(daemon):
 )
 def test_a_malformed_request_is_invalid_params(daemon, params):
     client = folder_session(SOCKET, [], {})
-    client.send(did_open(URI, SOURCE))
+    client.send(did_open(URI, SOURCE, "plaintext"))
     client.send(
         {"jsonrpc": "2.0", "id": 5, "method": "textDocument/copilotInlineEdit", "params": params}
     )
@@ -182,3 +183,71 @@ def test_hostile_documents_are_answered_at_once(daemon):
     document = {"jsonrpc": "2.0", "id": "doc", "method": "codespec/document"}
     client.send({**document, "params": {"uri": uri}})
     assert client.reply_to("doc")["result"]["text"] == whole
+
+
+# copilot-lsp's stock configuration (``lsp/copilot.lua``), as Copilot's language server reads it
+COPILOT_INIT_OPTIONS = {
+    "editorInfo": {"name": "neovim", "version": "0.11"},
+    "editorPluginInfo": {"name": "Github Copilot LSP for Neovim", "version": "0.0.1"},
+}
+
+
+def messages_until_reply(client, msg_id) -> list[dict]:
+    """Every message up to and including the reply to ``msg_id`` (notifications kept)."""
+    seen = []
+    while True:
+        message = client.read()
+        assert message is not None, "connection closed"
+        seen.append(message)
+        if message.get("id") == msg_id and "method" not in message:
+            return seen
+
+
+def warnings_for(client, settings: dict, msg_id: str) -> list[str]:
+    """The messages the daemon shows the user after ``settings`` arrive as copilot-lsp sends
+    them (``workspace/didChangeConfiguration``), read up to a request's reply."""
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "workspace/didChangeConfiguration",
+            "params": {"settings": settings},
+        }
+    )
+    client.send({"jsonrpc": "2.0", "id": msg_id, "method": "codespec/stats", "params": {}})
+    shown = [m for m in messages_until_reply(client, msg_id) if m.get("method")]
+    return [m["params"]["message"] for m in shown if m["method"] == "window/showMessage"]
+
+
+def test_copilot_lsps_stock_configuration_draws_no_warning_and_is_obeyed(daemon):
+    """copilot-lsp's ``init_options`` (``editorInfo``, ``editorPluginInfo``) and its settings
+    (``nextEditSuggestions: {enabled}``, ``telemetry``) as Copilot's language server takes
+    them: no warning, and ``enabled = false`` turns next edits off."""
+    client = unix_client(SOCKET)
+    client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "init",
+            "method": "initialize",
+            "params": {
+                "processId": None,
+                "capabilities": {},
+                "clientInfo": {"name": "Neovim", "version": "0.11.4"},
+                "initializationOptions": COPILOT_INIT_OPTIONS,
+            },
+        }
+    )
+    at_start = [m for m in messages_until_reply(client, "init") if m.get("method")]
+    assert [m for m in at_start if m["method"] == "window/showMessage"] == []
+    client.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    stock = {"nextEditSuggestions": {"enabled": True}, "telemetry": {"telemetryLevel": "off"}}
+    assert warnings_for(client, stock, "s1") == []
+    # (positive control: a setting codespec does not know is one warning, read the same way)
+    assert len(warnings_for(client, {"nextEditSugestions": True}, "s2")) == 1
+    # on (and eager: the random model's noise is shown), an edit comes; off, none
+    assert warnings_for(client, {"nextEditEagerness": "high"}, "s3") == []
+    client.send(did_open(URI, SOURCE, "plaintext"))
+    client.send(change(2, 1, 4, "sub"))
+    client.sock.settimeout(120)
+    assert len(ask(client, "on")["result"]["edits"]) == 1
+    assert warnings_for(client, {"nextEditSuggestions": {"enabled": False}}, "s4") == []
+    assert ask(client, "off", version=2)["result"] == {"edits": []}
