@@ -372,14 +372,15 @@ def test_the_reviewers_rename_never_draws_an_edit_that_breaks_the_file(eagerness
     pair = load_pair(backend="ggml", draft_mode="off", progress=lambda m: None)
     history = EditHistory.opened(SHAPES)
     text = SHAPES
-    for at in (text.index("width", 9), text.index("width * height")):  # (both in ``area``)
+    for find in (lambda t: t.index("width", 9), lambda t: t.index("width * height")):
+        at = find(text)  # (both in ``area``: its parameter, then its use)
         history.record(text, at, "width", "w", now=0.0)
         text = text[:at] + "w" + text[at + len("width") :]
     assert text.startswith("def area(w, height):\n    return w * height\n")
     cursor = Cursor(
         text[: text.index("\n") + 1], text[text.index("\n") + 1 :], language_for("python")
     )
-    ask = NextEditAsk(text, 1, history, EAGERNESS[eagerness])
+    ask = NextEditAsk(text, 1, history, EAGERNESS[eagerness], eagerness != "high")
     job = NextEditJob(
         1, "file:///shapes.py", 2, cursor, CompletionOptions(), path="shapes.py", ask=ask
     )

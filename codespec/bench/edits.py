@@ -41,19 +41,23 @@ def applied(window: str, edit: LineEdit | None) -> str:
     return "".join(lines)
 
 
-def guarded(case: EditCase, found: NextEdit) -> str | None:
+def guarded(case: EditCase, found: NextEdit, explained: bool = True) -> str | None:
     """Why the daemon would not show the edit found (``nextedit/guard.py``; None: it would):
-    the whole file after it checked, as the daemon checks it."""
+    the whole file after it checked, as the daemon checks it (``explained``: whether the edit
+    must follow from the recent edits, as below the eagerness ``high``)."""
     if found.hunk is None:
         return None
     first, hunk = found.window.first, found.hunk
     after, lines = guard.applied(case.text, first + hunk.first, first + hunk.end, hunk.new)
     recent = [(edit.old, edit.new) for edit in case.history().edits]
     language = language_for(case.language)
-    return guard.refusal(language, case.text, after, lines, recent, (hunk.old, hunk.new))
+    replaced = (hunk.old, hunk.new) if explained else None
+    return guard.refusal(language, case.text, after, lines, recent, replaced)
 
 
-def judged(case: EditCase, found: NextEdit, refused: str | None = None) -> dict:
+def judged(
+    case: EditCase, found: NextEdit, refused: str | None = None, refused_high: str | None = None
+) -> dict:
     """At each eagerness level: whether an edit is shown (not where the guard refused it),
     whether the window it makes is the expected one, and the share of the expected changed
     lines it gets right."""
@@ -62,7 +66,8 @@ def judged(case: EditCase, found: NextEdit, refused: str | None = None) -> dict:
     sites = [k for k, line in enumerate(current.splitlines(keepends=True)) if want[k] != line]
     levels = {}
     for level, least in EAGERNESS.items():
-        shown = found.hunk is not None and found.confidence >= least and refused is None
+        why_not = refused_high if level == "high" else refused
+        shown = found.hunk is not None and found.confidence >= least and why_not is None
         result = applied(current, found.hunk if shown else None)
         got = result.splitlines(keepends=True)
         fixed = sum(1 for k in sites if k < len(got) and got[k] == want[k])
@@ -100,7 +105,7 @@ def run_case(pair, separator: str, case: EditCase) -> dict:
         speculate=False,
     )  # fmt: skip
     stats = found.stats
-    refused = guarded(case, found)
+    refused, refused_high = guarded(case, found), guarded(case, found, explained=False)
     return {
         "language": case.language,
         "kind": case.kind,
@@ -118,7 +123,7 @@ def run_case(pair, separator: str, case: EditCase) -> dict:
         "same": plain.tokens == found.tokens,
         "confidence": found.confidence if found.hunk is not None else None,
         "refused": refused,
-        "levels": judged(case, found, refused),
+        "levels": judged(case, found, refused, refused_high),
     }
 
 

@@ -149,7 +149,7 @@ class NextEditJob(Job):
             first = found.window.first
             after, lines = applied(ask.text, first + hunk.first, first + hunk.end, hunk.new)
             recent = [(edit.old, edit.new) for edit in ask.history.edits]
-            replaced = (hunk.old, hunk.new)
+            replaced = (hunk.old, hunk.new) if ask.explained else None
             self.refused = refusal(self.cursor.language, ask.text, after, lines, recent, replaced)
             if self.refused is not None:
                 found.stats.stop_reason = f"refused: {self.refused}"  # (counted in the stats)

@@ -58,8 +58,9 @@ async def inline_edit(ls: CodespecServer, params: Any) -> dict:
     position = doc.clamp(position, encoding)
     offset = doc.offset_at(position, encoding)
     place = place_at(ls, record, offset, completion_options(state.settings, invoked=True))
-    least = EAGERNESS[state.settings.next_edit_eagerness]
-    ask = NextEditAsk(doc.text, position.line, deepcopy(doc.history), least)
+    eagerness = state.settings.next_edit_eagerness
+    history = deepcopy(doc.history)
+    ask = NextEditAsk(doc.text, position.line, history, EAGERNESS[eagerness], eagerness != "high")
     job = NextEditJob.at(place, ask=ask)
     await run_job(ls, job)
     found, hunk = job.found, job.edit()

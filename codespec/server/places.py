@@ -31,13 +31,17 @@ class AnchorSlot:
 @dataclass(frozen=True)
 class NextEditAsk:
     """What a next-edit request computes from (``nextedit/suggest.py``): the document's text
-    and line then, a copy of its edit history, and how sure the model must be of an edit for
-    it to be shown (the session's ``nextEditEagerness``)."""
+    and line then, a copy of its edit history, and how much an edit needs for it to be shown
+    (the session's ``nextEditEagerness``)."""
 
     text: str
     line: int
     history: EditHistory
     least_confidence: float = 0.0
+    # whether the edit must follow from the recent edits (``nextedit/guard.py``: not at the
+    # eagerness ``high``, where the user asked for every edit the model offers that keeps
+    # the file whole)
+    explained: bool = True
 
 
 class JobStop(StopSignal):
