@@ -1,6 +1,8 @@
 """Next edits through a team server (issue 53, item 9): `codespec serve --engine URL` writes the
 updated window on a real llama-cpp-python server (a tiny random GGUF), with the same prompt,
-stops and edits as the local engine; over real JSON-RPC."""
+stops and edits as the local engine; over real JSON-RPC. The document is plain text: the random
+model's noise in a Python file is a broken file, which the guard never shows
+(``nextedit/guard.py``)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lsp"))
 from rpc import did_open, folder_session  # noqa: E402
 
 pytestmark = [needs_server]
-URI = "file:///tmp/remote-next-edit/cart.py"
+URI = "file:///tmp/remote-next-edit/cart.txt"
 SOURCE = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n"
 
 
 def test_a_next_edit_is_written_on_the_remote_engine(tiny_manifest, tmp_path):
     with daemon_on_a_remote_engine(tiny_manifest, tmp_path) as (daemon, proxy, socket_path):
-        client = folder_session(socket_path, [], {})
+        # (at ``high`` an edit need not follow from the recent ones: noise may be shown)
+        client = folder_session(socket_path, [], {"nextEditEagerness": "high"})
         shown_before = next_edits_shown(client)
-        client.send(did_open(URI, SOURCE))
+        client.send(did_open(URI, SOURCE, "plaintext"))
         at = {"line": 1, "character": 4}
         change = {"range": {"start": at, "end": at}, "text": "sub"}
         client.send(
@@ -41,8 +44,8 @@ def test_a_next_edit_is_written_on_the_remote_engine(tiny_manifest, tmp_path):
             }
         )
         edits = client.reply_to("nes")["result"]["edits"]
-        # (the server reports no probabilities: every edit counts as sure, at any eagerness;
-        # the random model's text differs from the window, so there is one)
+        # (the server reports no probabilities: every edit counts as sure; the random model's
+        # text differs from the window, so there is one)
         assert len(edits) == 1, edits
         edit = edits[0]
         assert edit["range"]["start"]["character"] == 0 and edit["command"]["arguments"]
