@@ -355,3 +355,20 @@ def environment_in(home: Path) -> dict[str, str]:
     for name in ("OLLAMA_MODELS", "LLAMA_CACHE", "HF_HOME", "HF_HUB_CACHE"):
         env.pop(name, None)
     return env
+
+
+# The file of the outside review's next-edit case (issue 65): renaming ``width`` in ``area()``
+# once drew an edit that broke it (``test_nextedit_guard.py``, ``test_real_model.py``).
+SHAPES = """def area(width, height):
+    return width * height
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+
+
+def describe(width, height):
+    a = area(width, height)
+    p = perimeter(width, height)
+    return f"{width}x{height}: area {a}, perimeter {p}"
+"""

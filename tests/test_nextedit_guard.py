@@ -4,6 +4,8 @@ edits a rename calls for pass."""
 
 from __future__ import annotations
 
+from helpers import SHAPES
+
 from codespec.languages import language_for
 from codespec.nextedit.guard import (
     OVER_REACH,
@@ -17,19 +19,9 @@ from codespec.nextedit.guard import (
 
 PYTHON = language_for("python")
 # the reviewer's file, once the user renamed ``width`` to ``w`` in ``area()``
-BEFORE = """def area(w, height):
-    return w * height
-
-
-def perimeter(width, height):
-    return 2 * (width + height)
-
-
-def describe(width, height):
-    a = area(width, height)
-    p = perimeter(width, height)
-    return f"{width}x{height}: area {a}, perimeter {p}"
-"""
+BEFORE = SHAPES.replace(
+    "area(width, height):\n    return width *", "area(w, height):\n    return w *"
+)
 RENAMED = [("def area(width, height):\n", "def area(w, height):\n")]
 
 

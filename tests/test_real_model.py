@@ -333,21 +333,6 @@ def test_a_next_edit_is_written_with_the_window_as_its_draft_and_stays_in_it():
     assert fast.hunk.new.count("subtotal") >= 2 and fast.confidence >= EAGERNESS["low"]
 
 
-SHAPES = """def area(width, height):
-    return width * height
-
-
-def perimeter(width, height):
-    return 2 * (width + height)
-
-
-def describe(width, height):
-    a = area(width, height)
-    p = perimeter(width, height)
-    return f"{width}x{height}: area {a}, perimeter {p}"
-"""
-
-
 @pytest.mark.parametrize("eagerness", ["medium", "high"])
 def test_the_reviewers_rename_never_draws_an_edit_that_breaks_the_file(eagerness):
     """The outside review's case on the embedded pair: ``width`` renamed to ``w`` in ``area()``.
@@ -357,6 +342,7 @@ def test_the_reviewers_rename_never_draws_an_edit_that_breaks_the_file(eagerness
     pytest.importorskip("llama_cpp")
     import ast
 
+    from helpers import SHAPES
     from pyflakes import checker, messages
 
     from codespec.completion import CompletionOptions

@@ -36,9 +36,7 @@ def applied(window: str, edit: LineEdit | None) -> str:
     """``window`` with ``edit`` applied (None: as it is)."""
     if edit is None:
         return window
-    lines = window.splitlines(keepends=True)
-    lines[edit.first : edit.end] = edit.new.splitlines(keepends=True)
-    return "".join(lines)
+    return guard.applied(window, edit.first, edit.end, edit.new)[0]
 
 
 def guarded(case: EditCase, found: NextEdit, explained: bool = True) -> str | None:
@@ -47,12 +45,9 @@ def guarded(case: EditCase, found: NextEdit, explained: bool = True) -> str | No
     must follow from the recent edits, as below the eagerness ``high``)."""
     if found.hunk is None:
         return None
-    first, hunk = found.window.first, found.hunk
-    after, lines = guard.applied(case.text, first + hunk.first, first + hunk.end, hunk.new)
-    recent = [(edit.old, edit.new) for edit in case.history().edits]
     language = language_for(case.language)
-    replaced = (hunk.old, hunk.new) if explained else None
-    return guard.refusal(language, case.text, after, lines, recent, replaced)
+    window = found.window.first
+    return guard.judged(language, case.text, window, found.hunk, case.history(), explained)
 
 
 def judged(
@@ -92,18 +87,18 @@ def _reaches_past(hunk: LineEdit | None, sites: list[int]) -> bool:
 def run_case(pair, separator: str, case: EditCase) -> dict:
     """One case: speculative from a cold prompt (timed whole), the same request again on the
     warm document (its prompt cached, as a second request in a file finds it), then plain."""
-    t0 = time.perf_counter()
-    found = suggest(
-        pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history()
-    )
-    latency = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    suggest(pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history())
-    warm_latency = time.perf_counter() - t0
-    plain = suggest(
-        pair.engine, pair.tokenizer, separator, case.path, case.text, case.line, case.history(),
-        speculate=False,
-    )  # fmt: skip
+
+    def timed(speculate: bool = True) -> tuple[NextEdit, float]:
+        t0 = time.perf_counter()
+        found = suggest(
+            pair.engine, pair.tokenizer, separator, case.path, case.text, case.line,
+            case.history(), speculate=speculate,
+        )  # fmt: skip
+        return found, time.perf_counter() - t0
+
+    found, latency = timed()
+    _, warm_latency = timed()
+    plain, _ = timed(speculate=False)
     stats = found.stats
     refused, refused_high = guarded(case, found), guarded(case, found, explained=False)
     return {

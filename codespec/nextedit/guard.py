@@ -27,6 +27,8 @@ from typing import Any
 
 from ..languages import Language, parse
 from ..workspace.symbols import definitions
+from .edits import LineEdit
+from .history import EditHistory
 
 PARSE, UNDEFINED, OVER_REACH, UNEXPLAINED = "parse", "undefined name", "over-reach", "unexplained"
 REFUSALS = (PARSE, UNDEFINED, OVER_REACH, UNEXPLAINED)
@@ -54,6 +56,23 @@ def refusal(
     if replaced is not None and not explained(replaced, recent):
         return UNEXPLAINED
     return None
+
+
+def judged(
+    language: Language,
+    text: str,
+    first: int,
+    edit: LineEdit,
+    history: EditHistory,
+    must_follow: bool = True,
+) -> str | None:
+    """``refusal`` of ``edit`` (lines of the window that starts at line ``first`` of
+    ``text``), against the document's recent edits; ``must_follow``: whether it must be
+    explained by them (below the eagerness ``high``)."""
+    after, lines = applied(text, first + edit.first, first + edit.end, edit.new)
+    recent = [(made.old, made.new) for made in history.edits]
+    replaced = (edit.old, edit.new) if must_follow else None
+    return refusal(language, text, after, lines, recent, replaced)
 
 
 def explained(replaced: tuple[str, str], recent: Sequence[tuple[str, str]]) -> bool:

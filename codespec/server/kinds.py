@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..completion import CompletionResult, complete, complete_raw, prompt_at, raw_prompt
 from ..lookahead import likely_next_chars, next_key_prompts
 from ..nextedit.edits import LineEdit
-from ..nextedit.guard import applied, refusal
+from ..nextedit.guard import judged
 from ..nextedit.suggest import NextEdit, suggest
 from ..stats.record import Timing, new_id
 from ..stops import Mode
@@ -146,11 +146,10 @@ class NextEditJob(Job):
         )  # fmt: skip
         hunk = found.shown(ask.least_confidence)
         if hunk is not None:  # sure enough: would the file be whole after it?
-            first = found.window.first
-            after, lines = applied(ask.text, first + hunk.first, first + hunk.end, hunk.new)
-            recent = [(edit.old, edit.new) for edit in ask.history.edits]
-            replaced = (hunk.old, hunk.new) if ask.explained else None
-            self.refused = refusal(self.cursor.language, ask.text, after, lines, recent, replaced)
+            self.refused = judged(
+                self.cursor.language, ask.text, found.window.first, hunk, ask.history,
+                ask.explained,
+            )  # fmt: skip
             if self.refused is not None:
                 found.stats.stop_reason = f"refused: {self.refused}"  # (counted in the stats)
         text = found.updated if self.edit() is not None else ""
