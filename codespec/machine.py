@@ -80,9 +80,11 @@ def package_version(name: str) -> str | None:
 
 def machine_fingerprint() -> str:
     """Processor model, the flags that change kernels, the kernels' packages (torch,
-    llama-cpp-python) and the cores: what a measured choice of kernels or backends holds for."""
+    llama-cpp-python, ik-llama-cpp-python) and the cores: what a measured choice of kernels or
+    backends holds for."""
     flags = " ".join(kernel_flags())
-    packages = f"{package_version('torch')}|{package_version('llama_cpp_python')}"
+    names = ("torch", "llama_cpp_python", "ik_llama_cpp_python")
+    packages = "|".join(str(package_version(name)) for name in names)
     text = f"{cpu_model()}|{flags}|{packages}|{usable_cores()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

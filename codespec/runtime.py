@@ -138,6 +138,7 @@ class LoadOptions:
     backend: str | None = None
     exact: bool = False
     draft_vocab: str = "code"
+    kernels: str = "auto"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LoadOptions:
@@ -148,6 +149,7 @@ class LoadOptions:
             backend=args.backend,
             exact=args.exact,
             draft_vocab=args.draft_vocab,
+            kernels=args.kernels,
         )
 
     def load(
@@ -167,6 +169,7 @@ def load_pair(
     backend: str | None = None,
     exact: bool = False,
     draft_vocab: str = "code",
+    kernels: str = "auto",
 ) -> LoadedPair:
     """Prepare (once) and load a pair, and build its engine.
 
@@ -177,11 +180,14 @@ def load_pair(
     overrides the manifest's ``[quantize]`` choice for torch on the device (see
     ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8.
     ``draft_vocab`` (ggml): "code" trims the draft's head to the tokens code uses most
-    (``ggml/trimmed_vocab.py``), "full" keeps all of it."""
+    (``ggml/trimmed_vocab.py``), "full" keeps all of it. ``kernels`` (ggml): which llama.cpp
+    library runs it (``ggml/library_choice.py``; auto: the one this machine measured cheaper)."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
     device = choose_device(device)
     if choose_backend(manifest, device, backend, quantize, progress, exact) == "ggml":
-        return load_ggml_pair(manifest, use_draft, draft_mode, progress, exact, draft_vocab)
+        return load_ggml_pair(
+            manifest, use_draft, draft_mode, progress, exact, draft_vocab, kernels
+        )
     mode = quantize_mode(manifest, device, quantize)
     sources = [manifest.target]
     verdict = draft_verdict.verdict_file(manifest, device, mode)
@@ -321,7 +327,12 @@ def trimmed_draft_of(
 
 
 def load_ggml_draft(
-    source: ModelSource, path: Path, draft_vocab: str, target_vocab: int, progress: Progress
+    source: ModelSource,
+    path: Path,
+    draft_vocab: str,
+    target_vocab: int,
+    progress: Progress,
+    library: str = "llama.cpp",
 ) -> tuple[GgmlModel, DraftModel]:
     """The draft on llama.cpp's kernels, and what drafts with it: where its head is trimmed to
     code's tokens, the model that maps its ids (``ggml/trimmed_vocab.py``; the trimmed file is
@@ -336,12 +347,12 @@ def load_ggml_draft(
             prepared = trimmed_draft_of(source, path, progress)
             if prepared is None:
                 break  # another vocabulary than the list's
-            model = GgmlModel(str(prepared[0]), padded=False)
+            model = GgmlModel(str(prepared[0]), padded=False, library=library)
             return model, TrimmedDraft(model, prepared[1], target_vocab)
         except (OSError, ValueError, LlamaError) as exc:  # a full disk, a damaged cache
             progress(f"the trimmed draft could not be used: {exc}")
             forget_trimmed_draft(prepared[0].parent if prepared else None)
-    model = GgmlModel(str(path), padded=False)
+    model = GgmlModel(str(path), padded=False, library=library)
     return model, model
 
 
@@ -352,19 +363,29 @@ def load_ggml_pair(
     progress: Progress,
     exact: bool = False,
     draft_vocab: str = "code",
+    kernels: str = "auto",
 ) -> LoadedPair:
-    """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft; the
-    target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``), the
+    """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft, on the
+    library ``kernels`` names or this machine measured cheaper (``ggml/library_choice.py``);
+    the target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``), the
     draft's head trimmed to code's tokens where ``draft_vocab`` is "code"."""
     from .ggml.backend import GgmlModel, rows_are_exact
     from .ggml.layout import GROUP
+    from .ggml.library_choice import choose_library
     from .models import gguf_file, tokenizer_folder
+    from .models.sources import source_key
 
-    # (a draft step is weighed against a target pass: padded passes cost more than lone rows)
-    verdict = draft_verdict.verdict_file(manifest, "cpu", "ggml-exact" if exact else "ggml")
+    target_path = gguf_file(manifest.target, manifest.install_hint)
+    library = choose_library(
+        kernels, target_path, source_key(manifest.target, target_path), exact, progress
+    )
+    # (a draft step is weighed against a target pass: padded passes cost more than lone rows,
+    # and each library prices both its own way)
+    mode = "ggml-exact" if exact else "ggml" if library == "llama.cpp" else "ggml-ik"
+    verdict = draft_verdict.verdict_file(manifest, "cpu", mode)
     skipped = _draft_skipped(verdict, use_draft, draft_mode)
     with_draft = use_draft and manifest.draft is not None and skipped is None
-    paths = [gguf_file(manifest.target, manifest.install_hint)]
+    paths = [target_path]
     if with_draft:
         assert manifest.draft is not None
         paths.append(gguf_file(manifest.draft, manifest.install_hint))
@@ -378,7 +399,7 @@ def load_ggml_pair(
     folder = tokenizer_folder(manifest.target, manifest.install_hint, progress)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(folder)
-    target = GgmlModel(str(paths[0]), padded=exact)
+    target = GgmlModel(str(paths[0]), padded=exact, library=library)
     if exact and not rows_are_exact(target):
         target.close()
         raise ModelError(
@@ -390,7 +411,7 @@ def load_ggml_pair(
     if with_draft:
         assert manifest.draft is not None
         draft, drafter = load_ggml_draft(
-            manifest.draft, paths[1], draft_vocab, target.vocab_size, progress
+            manifest.draft, paths[1], draft_vocab, target.vocab_size, progress, library
         )
     text_tokens = min(m.text_tokens for m in (target, draft) if m)
     load_s = time.perf_counter() - t0
@@ -400,7 +421,7 @@ def load_ggml_pair(
     if exact:
         label = f"ggml exact (llama.cpp's kernels, every pass padded to whole {GROUP}-row groups)"
     else:
-        label = "ggml (llama.cpp's fastest kernel for each pass width)"
+        label = f"ggml ({library}'s fastest kernel for each pass width)"
     return LoadedPair(
         manifest=manifest,
         engine=engine,

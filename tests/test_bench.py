@@ -462,7 +462,8 @@ def test_peer_summary_compares_the_same_holes():
     assert s["codespec plain"]["ttft_ms_p50"] == 100.0 and s["holes"] == 2
     assert s["llama.cpp plain matches codespec plain"] == 1
     text = "\n".join(peer_lines({"model": "m.gguf", "summary": s}))
-    assert "| llama.cpp plain | 26.7 |" in text and "1 of 2 holes" in text
+    assert "| llama.cpp plain | 26.7 | 1.00x |" in text and "1 of 2 holes" in text
+    assert "| codespec speculative | 10.0 | 0.38x |" in text
 
 
 def test_peer_prompt_is_the_prompt_complete_builds(tiny_manifest, corpus_dir):

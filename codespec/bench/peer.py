@@ -26,13 +26,14 @@ from .runner import cursor_of, mode_of, prompt_ids, rounds_for, typed_at_cursor
 
 
 def require() -> None:
-    """Fail early, in one line, when llama-cpp-python is not installed."""
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
+    """Fail early, in one line, when llama-cpp-python is not installed (looked for without
+    loading it: this process may run ik_llama.cpp, ``ggml/libraries.py``)."""
+    from ..ggml.libraries import installed
+
+    if not installed("llama.cpp"):
         raise ModelError(
             "--peer llama.cpp needs llama-cpp-python: .venv/bin/pip install -e '.[peer]'"
-        ) from None
+        )
 
 
 def load_llama(model_path: str, prompt_lookup: bool):
@@ -100,11 +101,17 @@ def in_process(pair: LoadedPair, path: str, prompt_lookup: bool) -> Iterator[Com
 
 
 def engines(pair: LoadedPair, path: str, server: Path | None) -> list[tuple[str, Callable]]:
-    """(record key, a context manager that loads it): loaded and measured one at a time."""
-    out: list[tuple[str, Callable]] = [
-        ("plain", lambda: in_process(pair, path, False)),
-        ("prompt_lookup", lambda: in_process(pair, path, True)),
-    ]
+    """(record key, a context manager that loads it): loaded and measured one at a time.
+    llama-cpp-python's own loops run in this process, so not beside ik_llama.cpp (the two
+    libraries cannot share one: ``ggml/libraries.py``); llama-server runs in its own."""
+    from ..ggml.libraries import loaded
+
+    out: list[tuple[str, Callable]] = []
+    if loaded() != "ik_llama.cpp":
+        out += [
+            ("plain", lambda: in_process(pair, path, False)),
+            ("prompt_lookup", lambda: in_process(pair, path, True)),
+        ]
     if server is not None:
         from .peer_server import server_variant, variants
 
@@ -172,7 +179,8 @@ def run_peer(
                     f"{rate(record[key]):5.1f} tok/s"
                 )
     for record, (_, row) in zip(records, chosen, strict=True):
-        record["plain_matches_ours"] = record["plain"]["ids"] == row["plain"]["ids"]
+        theirs = record.get("server_plain") or record.get("plain")
+        record["plain_matches_ours"] = theirs is not None and theirs["ids"] == row["plain"]["ids"]
         for key, (greedy, match) in GREEDY_OF.items():
             if key in record:
                 record[match] = record[key]["ids"] == record[greedy]["ids"]
@@ -226,16 +234,29 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
         f"`{peer['model']}` (Q4_K/Q6_K blocks, int8 activations in its dot products), "
         f"codespec on {ours}.",
         "",
-        "| engine | tok/s | total p50 | ttft p50 (keystroke) | cold ttft p50 |",
-        "|---|---|---|---|---|",
     ]
-    for name in [*NAMES.values(), "codespec plain", "codespec speculative"]:
+    # every speed against llama-server's plain decoding, the engine llama.vim and llama.vscode
+    # users run (llama-cpp-python's loop where no server ran)
+    base = next((n for n in ("llama-server plain", "llama.cpp plain") if n in s), None)
+    base_rate = s[base]["tok_s"] if base else None
+    lines += [
+        f"| engine | tok/s | x {base or 'peer'} | total p50 | ttft p50 (keystroke) "
+        "| cold ttft p50 |",
+        "|---|---|---|---|---|---|",
+    ]
+    order = ["llama-server plain", *NAMES.values(), "codespec plain", "codespec speculative"]
+    for name in dict.fromkeys(order):
         if name not in s:
             continue
         r = s[name]
         times = ("total_ms_p50", "ttft_ms_p50", "cold_ttft_ms_p50")
         ms = [fmt(r.get(k), "{:.0f} ms") for k in times]
-        lines.append(f"| {name} | {fmt(r['tok_s'], '{:.1f}')} | " + " | ".join(ms) + " |")
+        ratio = r["tok_s"] / base_rate if base_rate and r.get("tok_s") else None
+        lines.append(
+            f"| {name} | {fmt(r['tok_s'], '{:.1f}')} | {fmt(ratio, '{:.2f}x')} | "
+            + " | ".join(ms)
+            + " |"
+        )
     lines += [
         "",
         f"- llama.cpp greedy output identical to codespec's: "
@@ -248,9 +269,12 @@ def peer_lines(peer: dict, weights: str = "") -> list[str]:
             "other chunks, and with --exact codespec's padded rows take the GEMM kernel where a "
             "lone row takes the GEMV one)."
         ),
-        f"- llama.cpp prompt lookup output identical to its own greedy: "
-        f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes.",
     ]
+    if "llama.cpp prompt lookup matches its greedy" in s:
+        lines.append(
+            f"- llama.cpp prompt lookup output identical to its own greedy: "
+            f"{s['llama.cpp prompt lookup matches its greedy']} of {s['holes']} holes."
+        )
     if "llama-server draft model" in s:
         draft = s["llama-server draft model"]
         lines.append(

@@ -120,6 +120,14 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "llama-cpp-python is installed and no --quantize is given",
     )
     p.add_argument(
+        "--kernels",
+        choices=["auto", "llama.cpp", "ik_llama.cpp"],
+        default="auto",
+        help="ggml: whose CPU kernels run the GGUF files: llama.cpp (mainline), ik_llama.cpp (a "
+        "fork with kernels for 1-8 rows of every weight type), or auto (default: the one this "
+        "machine measured cheaper, once; --exact runs on llama.cpp)",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="ggml: pad every pass to the rows whose bits do not depend on its width, so "

@@ -13,8 +13,10 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prepare the form the chosen backend runs: the GGUF files, the tokenizer and the draft's
-    trimmed head for ggml, quantized tensors for torch on the CPU, bf16 on a GPU."""
+    """Prepare the form the chosen backend runs: the GGUF files, the tokenizer, the kernel
+    library measured for this machine and the draft's trimmed head for ggml, quantized tensors
+    for torch on the CPU, bf16 on a GPU."""
+    from ..ggml.library_choice import choose_library
     from ..models import (
         choose_device,
         gguf_file,
@@ -24,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_source,
         tokenizer_folder,
     )
+    from ..models.sources import source_key
     from ..runtime import choose_backend, trimmed_draft_of
 
     manifest = pair_of(args)
@@ -34,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         for src in (manifest.target, manifest.draft):
             if src is not None:
                 print(f"{src.label}: {gguf_file(src, manifest.install_hint)}")
+        target = gguf_file(manifest.target, manifest.install_hint)
+        key = source_key(manifest.target, target)
+        library = choose_library(args.kernels, target, key, args.exact, note)
+        print(f"kernels: {library}")
         if manifest.draft is not None:  # (its head trimmed to code's tokens: ggml/trimmed_vocab.py)
             trimmed = trimmed_draft_of(
                 manifest.draft, gguf_file(manifest.draft, manifest.install_hint), note

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
 
         def load():
             pair = load_completions()
-            alone = LoadOptions(draft_mode="off", exact=args.exact)  # (its own pair: no draft)
+            alone = LoadOptions(draft_mode="off", exact=args.exact, kernels=args.kernels)
             pair.next_edit = alone.load(next_edit_model, note, use_draft=False)
             note(f"next edits run on {pair.next_edit.model_label}")
             return pair

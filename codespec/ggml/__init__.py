@@ -1,15 +1,13 @@
-"""llama.cpp's CPU kernels as a target backend (``backend.py``) through llama-cpp-python's
-low-level API (``llama.py``): codespec keeps its proposers, trees, policy and stop rules."""
+"""llama.cpp's CPU kernels as a target backend (``backend.py``) through the low-level API of
+llama-cpp-python or ik-llama-cpp-python (``llama.py``, ``libraries.py``): codespec keeps its
+proposers, trees, policy and stop rules."""
 
 from __future__ import annotations
 
 
 def available() -> bool:
-    """Whether llama-cpp-python is installed and its library loads."""
-    try:
-        from .llama import import_llama
+    """Whether a llama.cpp library is installed (checked without loading it: a process loads
+    one library, the one ``library_choice.py`` picks)."""
+    from .libraries import NAMES, installed
 
-        import_llama()
-    except Exception:
-        return False
-    return True
+    return any(installed(name) for name in NAMES)

@@ -79,8 +79,9 @@ class GgmlModel:
         settings: Settings | None = None,
         slots: int = 4,
         parked_budget_bytes: int = PARKED_BUDGET_BYTES,
+        library: str = "llama.cpp",
     ) -> None:
-        self.llama = LlamaContext(path, settings or Settings(n_seq_max=SEQUENCES))
+        self.llama = LlamaContext(path, settings or Settings(n_seq_max=SEQUENCES, library=library))
         self.padded = padded  # exact rows (``--exact``); a draft always runs lone rows
         self.max_pass_rows = pass_rows_limit() if padded else self.llama.settings.n_batch
         self.ids: list[int] = []

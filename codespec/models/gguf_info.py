@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import logging
 import os
 import re
 import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +43,7 @@ SPECIAL_ATTRIBUTES = 1 << 3 | 1 << 4  # llama.cpp's CONTROL | USER_DEFINED token
 # a part of a split model, as llama.cpp names them (``llama_split_path``)
 SPLIT_PART = re.compile(r"(?P<stem>.+)-(?P<part>[0-9]{5})-of-(?P<parts>[0-9]{5})\.gguf", re.I)
 MAX_PARTS = 256
+CHILD_TIMEOUT_S = 120  # reading a file's metadata in a child process (``_read_in_child``)
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,10 @@ def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
 @lru_cache(maxsize=64)
 def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
     """``read_gguf_info`` for a checked file (its size and time key the cache)."""
+    from ..ggml.libraries import loaded
+
+    if loaded() == "ik_llama.cpp":  # (mainline cannot join this process: ``ggml/libraries``)
+        return _read_in_child(path)
     try:
         import llama_cpp as llama
     except ImportError as exc:  # (an OSError inside: the shared library did not load)
@@ -172,6 +180,38 @@ def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
         )
     finally:
         llama.llama_model_free(model)
+
+
+def _read_in_child(path: Path) -> GgufInfo:
+    """``read_gguf_info`` in a child process, for a process that runs ik_llama.cpp."""
+    code = (
+        "import dataclasses, json, sys\n"
+        "from codespec.models.gguf_info import read_gguf_info\n"
+        "from codespec.models.manifests import ModelError\n"
+        "try:\n"
+        "    info = dataclasses.asdict(read_gguf_info(sys.argv[1]))\n"
+        "except ModelError as exc:\n"
+        "    sys.exit(str(exc))\n"
+        "print(json.dumps({**info, 'path': str(info['path'])}))\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelError(f"{path}: could not be read ({exc})") from None
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise ModelError(lines[-1] if lines else f"{path}: could not be read")
+    fields = json.loads(done.stdout)
+    tokens = fields.pop("tokens")
+    return GgufInfo(
+        **{**fields, "path": Path(fields["path"])},
+        tokens=FimTokens(**{**tokens, "stop": tuple(tokens["stop"])}),
+    )
 
 
 def quantization_name(file_type: str) -> str:

@@ -11,12 +11,12 @@ import json
 
 import numpy as np
 import pytest
-from helpers import CancelAfter, write_tiny_gguf
+from helpers import GGML_LIBRARY, GGML_MODULE, CancelAfter, write_tiny_gguf
 
 from codespec.engine import Cancelled, Engine, GenerationParams, NgramProposer, StopSignal
 from codespec.engine.policy import SpeculationPolicy
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip(GGML_MODULE)
 
 from codespec.ggml.backend import PARKED, TEXT, GgmlModel, rows_are_exact  # noqa: E402
 from codespec.ggml.llama import Settings  # noqa: E402
@@ -31,7 +31,9 @@ def tiny_gguf(tmp_path_factory):
 
 
 def model(path, **kw) -> GgmlModel:
-    return GgmlModel(str(path), settings=Settings(n_ctx=1024, n_seq_max=19), **kw)
+    return GgmlModel(
+        str(path), settings=Settings(n_ctx=1024, n_seq_max=19, library=GGML_LIBRARY), **kw
+    )
 
 
 def prompt(n: int, seed: int = 0) -> list[int]:
@@ -275,11 +277,15 @@ def test_settings_reach_llama_cpp_and_the_file_is_read_not_mapped(tiny_gguf):
     """A field the parameter structs lack is an error, not a Python attribute ctypes adds
     silently; by default the weights are read into llama.cpp's buffers (the file is not kept
     mapped beside the repacked copies), and mapping it is still a choice."""
-    from codespec.ggml.llama import LlamaError, _set, import_llama
+    import ctypes
 
-    params = import_llama().llama_model_default_params()
-    with pytest.raises(LlamaError, match="use_mmap"):
-        _set(params, "use_mmap", False)
+    from codespec.ggml.libraries import LibraryError, _set
+
+    class Params(ctypes.Structure):
+        _fields_ = [("use_mmap", ctypes.c_bool)]
+
+    with pytest.raises(LibraryError, match="load_mode"):
+        _set(Params(), "load_mode", 0)
 
     def mapped() -> bool:
         with open("/proc/self/maps") as maps:
@@ -288,6 +294,9 @@ def test_settings_reach_llama_cpp_and_the_file_is_read_not_mapped(tiny_gguf):
     target = model(tiny_gguf)
     assert not mapped()
     target.close()
-    target = GgmlModel(str(tiny_gguf), settings=Settings(n_ctx=1024, n_seq_max=19, mmap=True))
+    # (ik_llama.cpp always reads a file it repacks at load: mapping is a choice without it)
+    repack = GGML_LIBRARY == "llama.cpp"
+    settings = Settings(n_ctx=1024, n_seq_max=19, mmap=True, repack=repack, library=GGML_LIBRARY)
+    target = GgmlModel(str(tiny_gguf), settings=settings)
     assert mapped()
     target.close()

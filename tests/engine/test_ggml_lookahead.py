@@ -9,12 +9,12 @@ the prompt differently, so its rows round differently)."""
 
 import numpy as np
 import pytest
-from helpers import PreemptAfter, write_tiny_gguf
+from helpers import GGML_LIBRARY, GGML_MODULE, PreemptAfter, write_tiny_gguf
 
 from codespec.engine import Cancelled, Engine, GenerationParams, StopSignal
 from codespec.engine.policy import SpeculationPolicy
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip(GGML_MODULE)
 
 from codespec.ggml.backend import GgmlModel  # noqa: E402
 from codespec.ggml.llama import Settings  # noqa: E402
@@ -34,7 +34,7 @@ def tiny_gguf(tmp_path_factory):
 
 
 def model(path, n_ctx: int = 1024) -> GgmlModel:
-    return GgmlModel(str(path), settings=Settings(n_ctx=n_ctx, n_seq_max=19))
+    return GgmlModel(str(path), settings=Settings(n_ctx=n_ctx, n_seq_max=19, library=GGML_LIBRARY))
 
 
 def after_prompt(path, ids: list[int]) -> tuple[np.ndarray, GgmlModel]:
@@ -178,7 +178,11 @@ def test_the_fast_configuration_looks_ahead_in_unpadded_passes(tiny_gguf):
     """Without exact rows (the default): the look-ahead runs, its passes are not padded to
     whole groups, a prompt computed ahead is served without a pass, and the completion from it
     is the target's own choice after those logits, with the cache it leaves usable."""
-    target = GgmlModel(str(tiny_gguf), padded=False, settings=Settings(n_ctx=1024, n_seq_max=19))
+    target = GgmlModel(
+        str(tiny_gguf),
+        padded=False,
+        settings=Settings(n_ctx=1024, n_seq_max=19, library=GGML_LIBRARY),
+    )
     engine = Engine(target, policy=SpeculationPolicy(), exact=False)
     engine.calibrate()
     assert not engine.calibration.pad_single_row

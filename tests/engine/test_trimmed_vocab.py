@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import write_tiny_gguf
+from helpers import GGML_LIBRARY, GGML_MODULE, write_tiny_gguf
 
 from codespec.engine import Engine, GenerationParams
 from codespec.engine.policy import SpeculationPolicy
@@ -69,7 +69,7 @@ def test_the_shipped_list_fits_the_embedded_pair_and_keeps_its_special_tokens():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip(GGML_MODULE)
     path = tmp_path_factory.mktemp("trim") / "tiny-q4.gguf"
     return write_tiny_gguf(path, hidden=128, quantized=True, live_tokens=range(BASE, BASE + 6))
 
@@ -95,7 +95,9 @@ def model(path: Path):
     from codespec.ggml.backend import GgmlModel
     from codespec.ggml.llama import Settings
 
-    return GgmlModel(str(path), settings=Settings(n_ctx=1024, n_seq_max=19), padded=False)
+    return GgmlModel(
+        str(path), settings=Settings(n_ctx=1024, n_seq_max=19, library=GGML_LIBRARY), padded=False
+    )
 
 
 def prompt(n: int) -> list[int]:
@@ -159,16 +161,16 @@ def test_a_pairs_draft_is_trimmed_once_and_full_when_asked(tiny, tmp_path, monke
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
     source = ModelSource(source="gguf", label="tiny draft", path=str(tiny))
     said: list[str] = []
-    model, draft = load_ggml_draft(source, tiny, "code", 151936, said.append)
+    model, draft = load_ggml_draft(source, tiny, "code", 151936, said.append, GGML_LIBRARY)
     assert isinstance(draft, TrimmedDraft) and draft.model is model
     assert model.vocab_size == DEFAULT_SIZE and draft.vocab_size == 151936
     written = next((tmp_path / "cache" / "draft-vocab").glob("*/draft.gguf"))
     stamp = written.stat().st_mtime_ns
     assert len(said) == 1 and "trimming" in said[0]
-    _, again = load_ggml_draft(source, tiny, "code", 151936, said.append)
+    _, again = load_ggml_draft(source, tiny, "code", 151936, said.append, GGML_LIBRARY)
     assert isinstance(again, TrimmedDraft) and written.stat().st_mtime_ns == stamp
     assert len(said) == 1  # read, not written again
-    full, drafter = load_ggml_draft(source, tiny, "full", 151936, said.append)
+    full, drafter = load_ggml_draft(source, tiny, "full", 151936, said.append, GGML_LIBRARY)
     assert drafter is full and full.vocab_size == 151936  # no map: the draft drafts itself
 
 
@@ -182,14 +184,14 @@ def test_a_damaged_or_unwritable_cache_never_stops_the_draft(tiny, tmp_path, mon
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "cache"))
     source = ModelSource(source="gguf", label="tiny draft", path=str(tiny))
     said: list[str] = []
-    load_ggml_draft(source, tiny, "code", 151936, said.append)
+    load_ggml_draft(source, tiny, "code", 151936, said.append, GGML_LIBRARY)
     folder = next((tmp_path / "cache" / "draft-vocab").iterdir())
     ids = prompt(40)
     for damaged in ("draft.gguf", "map.npz"):
         data = (folder / damaged).read_bytes()
         (folder / damaged).write_bytes(data[: len(data) // 3])
         said.clear()
-        _, draft = load_ggml_draft(source, tiny, "code", 151936, said.append)
+        _, draft = load_ggml_draft(source, tiny, "code", 151936, said.append, GGML_LIBRARY)
         assert isinstance(draft, TrimmedDraft), said
         assert any("trimming" in line for line in said), said  # written again
         logits, _, _ = draft.prefill(ids)
@@ -198,6 +200,6 @@ def test_a_damaged_or_unwritable_cache_never_stops_the_draft(tiny, tmp_path, mon
     monkeypatch.setenv("CODESPEC_CACHE_DIR", str(tmp_path / "a-file"))
     (tmp_path / "a-file").write_text("not a folder")
     said.clear()
-    model, drafter = load_ggml_draft(source, tiny, "code", 151936, said.append)
+    model, drafter = load_ggml_draft(source, tiny, "code", 151936, said.append, GGML_LIBRARY)
     assert drafter is model and model.vocab_size == 151936
     assert said and all("\n" not in line for line in said), said
