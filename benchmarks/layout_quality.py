@@ -99,7 +99,9 @@ def make_copy(source: Path, layout: str, work: Path) -> Path:
             " ctypes.byref(p)))\n"
         )
         partial = out.with_suffix(".partial")
-        subprocess.run([sys.executable, "-c", code, str(source), str(partial)], check=True)
+        subprocess.run(
+            [sys.executable, "-c", code, str(source), str(partial)], check=True, capture_output=True
+        )
         partial.rename(out)
     return out
 

@@ -54,6 +54,7 @@ def start(
     stats_db: Path | None = None,
     quantize: str | None = None,
     backend: str | None = None,
+    kernels: str | None = None,
 ) -> subprocess.Popen:
     proc = subprocess.Popen(
         [
@@ -61,6 +62,7 @@ def start(
             *("--no-status", "--stats-db", str(stats_db or socket_path.with_name("stats.sqlite3"))),
             *(("--quantize", quantize) if quantize else ()),
             *(("--backend", backend) if backend else ()),
+            *(("--kernels", kernels) if kernels else ()),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -190,11 +192,17 @@ def main() -> None:
     ap.add_argument(
         "--backend", default=None, choices=["auto", "ggml", "torch"], help="the daemon's --backend"
     )
+    ap.add_argument(
+        "--kernels",
+        default=None,
+        choices=["auto", "llama.cpp", "ik_llama.cpp"],
+        help="the daemon's --kernels",
+    )
     args = ap.parse_args()
 
     socket_path = Path(tempfile.mkdtemp(prefix="codespec-bench-")) / "d.sock"
     stats_db = Path(args.stats_db) if args.stats_db else None
-    daemon = start(socket_path, stats_db, args.quantize, args.backend)
+    daemon = start(socket_path, stats_db, args.quantize, args.backend, args.kernels)
     try:
         client = connect(socket_path)
         client.initialize()

@@ -243,6 +243,7 @@ def row(language: str, kind: str, spec: tuple, plain: tuple, exact: bool = True)
         plain=run(plain),
         exact=exact,
         divergence_logit_gap=None if exact else 0.0,
+        divergence_fresh_gap=None if exact else 0.0,
         draft_decisions={"draft_off": 3},
         exact_match=False,
         edit_similarity=0.5,
@@ -264,6 +265,7 @@ def test_aggregate_is_a_ratio_of_sums():
     assert py["speedup_median"] == pytest.approx((2.0 + 6.0) / 2)
     assert py["tokens_per_pass"] == pytest.approx(40 / 11)
     assert py["exact"] == 0.5 and len(py["mismatches"]) == 1
+    assert py["mismatches"][0].endswith("(top-2 logit gap 0.000; 0.000 after a fresh prefill)")
     assert py["acceptance"]["ngram"] == 0.5 and py["acceptance"]["draft"] is None
     assert summary["overall"]["holes"] == 3 and summary["by_kind"]["line"]["holes"] == 2
     assert summary["by_language_kind"]["python"]["copy"]["speedup"] == pytest.approx(6.0)

@@ -105,7 +105,12 @@ def aggregate(rows: list[dict], prices: dict[int, float] | None = None) -> dict:
         exact=sum(col("exact")) / len(rows),
         mismatches=[
             f"{r['hole']['package']} {r['hole']['file']}:{r['hole']['line']} "
-            f"(top-2 logit gap {r['divergence_logit_gap']:.3f})"
+            f"(top-2 logit gap {r['divergence_logit_gap']:.3f}"
+            + (
+                f"; {r['divergence_fresh_gap']:.3f} after a fresh prefill)"
+                if r.get("divergence_fresh_gap") is not None
+                else ")"
+            )
             for r in rows
             if not r["exact"]
         ],

@@ -117,7 +117,7 @@ def run_hole(pair: LoadedPair, hole: Hole, settings: Settings, spec_first: bool)
         plain=run_record(plain, [r["plain"] for r in rounds]),
         draft_decisions=decisions,
         exact=exact,
-        divergence_logit_gap=None if exact else divergence_gap(pair, prompt, plain, spec),
+        **divergence(None if exact else divergence_gap(pair, prompt, plain, spec)),
         completion=spec.text,
         **quality(hole, spec.text),
     )
@@ -199,13 +199,27 @@ def quality(hole: Hole, completion: str) -> dict:
 
 def divergence_gap(
     pair: LoadedPair, prompt: list[int], plain: CompletionResult, spec: CompletionResult
-) -> float:
-    """The target's top-2 logit gap (a one-token pass, as plain decoding runs it) where the two
-    outputs first differ: a near-tie there means bf16 rounding that depends on the width of the
-    pass decided the token, not a wrong acceptance."""
+) -> tuple[float, float]:
+    """The target's top-2 logit gap where the two outputs first differ (a one-token pass, as
+    plain decoding runs it): on the cache as the runs left it, then after a fresh prefill of
+    the same ids. A near-tie in both means a pass's width decided the token by rounding, not a
+    wrong acceptance; a large gap on the cache that a fresh prefill does not show means the
+    cache held something the ids do not explain (the report shows both)."""
     a, b = plain.tokens, spec.tokens
     first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
-    logits, _, _ = pair.local.target.prefill(prompt + a[:first])
+    target = pair.local.target
+    cached, _, _ = target.prefill(prompt + a[:first])
+    target.reset()  # (the next hole is a new place: its first run prefills anyway)
+    fresh, _, _ = target.prefill(prompt + a[:first])
+    return top_two_gap(cached), top_two_gap(fresh)
+
+
+def divergence(gaps: tuple[float, float] | None) -> dict:
+    cached, fresh = gaps if gaps is not None else (None, None)
+    return dict(divergence_logit_gap=cached, divergence_fresh_gap=fresh)
+
+
+def top_two_gap(logits: np.ndarray) -> float:
     top = np.sort(logits)[-2:]
     return float(top[1] - top[0])
 

@@ -179,7 +179,7 @@ class LlamaContext:
         size = self.lib.state_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         written = self.lib.state_get(self.ctx, buf, size, seq)
-        return bytes(buf[:written])
+        return ctypes.string_at(buf, written)  # (one copy: slicing the array makes a list)
 
     def restore(self, data: bytes, seq: int) -> None:
         """Put saved cells back under ``seq`` (into free cells, in their saved order)."""
