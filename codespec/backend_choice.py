@@ -16,14 +16,12 @@ prefilled and a few tokens decoded (``_price``).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from .engine.timing import pass_seconds
-from .files import FileError, parse_json, read_owned_text, write_atomically
-from .machine import machine_fingerprint
+from .machine import measured_here, remember_here
 from .models import PairManifest, Progress, cache_root
 
 CONTEXT = 512
@@ -39,14 +37,10 @@ def verdict_file(manifest: PairManifest, exact: bool) -> Path:
 
 def cached(manifest: PairManifest, exact: bool) -> dict | None:
     """This machine's measured prices (seconds per backend), or None."""
-    try:
-        saved = parse_json(read_owned_text(verdict_file(manifest, exact)))
-        prices = saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
-    except (OSError, FileError, ValueError):
+    prices = measured_here(verdict_file(manifest, exact))
+    if not isinstance(prices, dict):
         return None
-    ok = isinstance(prices, dict) and all(
-        isinstance(prices.get(b), int | float) and prices[b] > 0 for b in BACKENDS
-    )
+    ok = all(isinstance(prices.get(b), int | float) and prices[b] > 0 for b in BACKENDS)
     return prices if ok else None
 
 
@@ -72,7 +66,7 @@ def measure(
         if close is not None:
             close()
         del target
-    _remember(verdict_file(manifest, exact), prices)
+    remember_here(verdict_file(manifest, exact), {b: round(prices[b], 4) for b in BACKENDS})
     return prices
 
 
@@ -89,16 +83,6 @@ def _price(target) -> float:
     prefill = time.perf_counter() - t0
     target.reset()
     return STEPS * step + prefill
-
-
-def _remember(path: Path, prices: dict) -> None:
-    try:
-        saved = parse_json(read_owned_text(path))
-        saved = saved if isinstance(saved, dict) else {}
-    except (OSError, FileError, ValueError):
-        saved = {}
-    saved[machine_fingerprint()] = {b: round(prices[b], 4) for b in BACKENDS}
-    write_atomically(path, json.dumps(saved, indent=1))
 
 
 def target_loaders(manifest: PairManifest, progress: Progress, exact: bool) -> dict:

@@ -21,8 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..files import FileError, parse_json, read_owned_text, write_atomically
-from ..machine import machine_fingerprint
+from ..machine import measured_here, remember_here
 from ..models.manifests import ModelError, Progress
 from ..models.sources import cache_root
 from .libraries import MODULES, NAMES, PACKAGES, installed, loaded
@@ -64,20 +63,14 @@ def cheapest(prices: dict) -> str:
 
 def cached(key: str) -> dict | None:
     """This machine's pass prices for the file (milliseconds by library and width), or None."""
-    try:
-        saved = parse_json(read_owned_text(verdict_file(key)))
-        prices = saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
-    except (OSError, FileError, ValueError):
+    prices = measured_here(verdict_file(key))
+    if not isinstance(prices, dict) or not prices:
         return None
-    ok = (
-        isinstance(prices, dict)
-        and prices
-        and all(
-            name in NAMES
-            and isinstance(ms, dict)
-            and all(isinstance(ms.get(str(w)), int | float) and ms[str(w)] > 0 for w in WIDTHS)
-            for name, ms in prices.items()
-        )
+    ok = all(
+        name in NAMES
+        and isinstance(ms, dict)
+        and all(isinstance(ms.get(str(w)), int | float) and ms[str(w)] > 0 for w in WIDTHS)
+        for name, ms in prices.items()
     )
     return prices if ok else None
 
@@ -108,21 +101,8 @@ def measure(path: Path, key: str, candidates: list[str], progress: Progress) -> 
         prices[name] = figures["ms"]
     if not prices:
         return {"llama.cpp": {str(w): 1.0 for w in WIDTHS}}
-    _remember(verdict_file(key), prices)
+    remember_here(verdict_file(key), prices)
     return prices
-
-
-def _remember(path: Path, prices: dict) -> None:
-    try:
-        saved = parse_json(read_owned_text(path))
-        saved = saved if isinstance(saved, dict) else {}
-    except (OSError, FileError, ValueError):
-        saved = {}
-    saved[machine_fingerprint()] = prices
-    try:
-        write_atomically(path, json.dumps(saved, indent=1))
-    except OSError:  # a read-only cache: measured again next time
-        pass
 
 
 __all__ = ["CHOICES", "MODULES", "choose_library", "cheapest", "cached", "measure"]
