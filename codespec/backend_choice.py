@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .engine.timing import pass_seconds
-from .machine import measured_here, remember_here
+from .files import read_keyed, write_keyed
+from .machine import machine_fingerprint
 from .models import PairManifest, Progress, cache_root
 
 CONTEXT = 512
@@ -37,7 +38,7 @@ def verdict_file(manifest: PairManifest, exact: bool) -> Path:
 
 def cached(manifest: PairManifest, exact: bool) -> dict | None:
     """This machine's measured prices (seconds per backend), or None."""
-    prices = measured_here(verdict_file(manifest, exact))
+    prices = read_keyed(verdict_file(manifest, exact), machine_fingerprint())
     if not isinstance(prices, dict):
         return None
     ok = all(isinstance(prices.get(b), int | float) and prices[b] > 0 for b in BACKENDS)
@@ -66,7 +67,8 @@ def measure(
         if close is not None:
             close()
         del target
-    remember_here(verdict_file(manifest, exact), {b: round(prices[b], 4) for b in BACKENDS})
+    figures = {b: round(prices[b], 4) for b in BACKENDS}
+    write_keyed(verdict_file(manifest, exact), machine_fingerprint(), figures)
     return prices
 
 

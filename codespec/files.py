@@ -181,3 +181,28 @@ def write_atomically(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def read_keyed(path: Path, key: str) -> object:
+    """The value ``write_keyed`` kept under ``key`` in the JSON file ``path`` (None: no file, a
+    damaged one, or no such key)."""
+    try:
+        saved = parse_json(read_owned_text(path))
+    except (OSError, FileError, ValueError):
+        return None
+    return saved.get(key) if isinstance(saved, dict) else None
+
+
+def write_keyed(path: Path, key: str, value: object) -> None:
+    """Keep ``value`` under ``key`` in the JSON file ``path``, beside the other keys there (a
+    file that cannot be written is left alone: what it keeps is measured again)."""
+    try:
+        saved = parse_json(read_owned_text(path))
+        saved = saved if isinstance(saved, dict) else {}
+    except (OSError, FileError, ValueError):
+        saved = {}
+    saved[key] = value
+    try:
+        write_atomically(path, json.dumps(saved, indent=1))
+    except OSError:
+        pass

@@ -89,37 +89,6 @@ def machine_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def measured_here(path: Path) -> object:
-    """What ``remember_here`` kept in ``path`` for this machine (``machine_fingerprint``), or
-    None: a file of measured choices, one entry per machine that shares the cache."""
-    from .files import FileError, parse_json, read_owned_text
-
-    try:
-        saved = parse_json(read_owned_text(path))
-    except (OSError, FileError, ValueError):
-        return None
-    return saved.get(machine_fingerprint()) if isinstance(saved, dict) else None
-
-
-def remember_here(path: Path, value: object) -> None:
-    """Keep ``value`` in ``path`` for this machine, beside what other machines keep there (a
-    cache that cannot be written is measured again next time)."""
-    import json
-
-    from .files import FileError, parse_json, read_owned_text, write_atomically
-
-    try:
-        saved = parse_json(read_owned_text(path))
-        saved = saved if isinstance(saved, dict) else {}
-    except (OSError, FileError, ValueError):
-        saved = {}
-    saved[machine_fingerprint()] = value
-    try:
-        write_atomically(path, json.dumps(saved, indent=1))
-    except OSError:
-        pass
-
-
 def usable_cores() -> int:
     """The cores this process may run on (its affinity where the platform has one)."""
     try:

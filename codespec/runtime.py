@@ -181,7 +181,7 @@ def load_pair(
     ``models.quantize_mode``): on the CPU the default pair runs weight-only int4/int8.
     ``draft_vocab`` (ggml): "code" trims the draft's head to the tokens code uses most
     (``ggml/trimmed_vocab.py``), "full" keeps all of it. ``kernels`` (ggml): which llama.cpp
-    library runs it (``ggml/library_choice.py``; auto: the one this machine measured cheaper)."""
+    library runs it (``library_choice.py``; auto: the one this machine measured cheaper)."""
     manifest = load_manifest(pair) if isinstance(pair, str) else pair
     device = choose_device(device)
     if choose_backend(manifest, device, backend, quantize, progress, exact) == "ggml":
@@ -366,12 +366,12 @@ def load_ggml_pair(
     kernels: str = "auto",
 ) -> LoadedPair:
     """The pair's GGUF files on llama.cpp's kernels (``ggml/``): target and draft, on the
-    library ``kernels`` names or this machine measured cheaper (``ggml/library_choice.py``);
+    library ``kernels`` names or this machine measured cheaper (``library_choice.py``);
     the target's passes padded to exact rows where ``exact`` asks (``ggml/backend.py``), the
     draft's head trimmed to code's tokens where ``draft_vocab`` is "code"."""
     from .ggml.backend import GgmlModel, rows_are_exact
     from .ggml.layout import GROUP
-    from .ggml.library_choice import choose_library
+    from .library_choice import choose_library
     from .models import gguf_file, tokenizer_folder
     from .models.sources import source_key
 

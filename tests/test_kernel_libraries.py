@@ -1,5 +1,5 @@
 """The two llama.cpp libraries (``codespec/ggml/libraries.py``) and the choice between them
-(``library_choice.py``): the ggml backend's own tests pass on ik_llama.cpp too, one process
+(``codespec/library_choice.py``): the ggml backend's own tests pass on ik_llama.cpp too, one process
 never loads both, and ``auto`` prices each library once per machine in child processes.
 
 The ggml tests run on ik_llama.cpp in a pytest process of their own (``CODESPEC_TEST_LIBRARY``),
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import write_tiny_gguf
 
-from codespec.ggml import library_choice
+from codespec import library_choice
 from codespec.ggml.libraries import installed
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ LAYERS = [
     {"files", "memory", "languages", "machine", "client_stops", "numbers", "printable", "sources"},
     {"stats", "engine", "quant", "tokenizer"},
     {"models", "stops", "generator", "pairs", "remote", "workspace", "ggml", "torch_backend"},
-    {"prompt", "draft_verdict", "backend_choice", "nextedit"},
+    {"prompt", "draft_verdict", "backend_choice", "library_choice", "nextedit"},
     {"runtime"},
     {"lookahead", "completion"},
     {"settings"},

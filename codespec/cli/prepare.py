@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     """Prepare the form the chosen backend runs: the GGUF files, the tokenizer, the kernel
     library measured for this machine and the draft's trimmed head for ggml, quantized tensors
     for torch on the CPU, bf16 on a GPU."""
-    from ..ggml.library_choice import choose_library
+    from ..library_choice import choose_library
     from ..models import (
         choose_device,
         gguf_file,

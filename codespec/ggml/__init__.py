@@ -7,7 +7,7 @@ from __future__ import annotations
 
 def available() -> bool:
     """Whether a llama.cpp library is installed (checked without loading it: a process loads
-    one library, the one ``library_choice.py`` picks)."""
+    one library, the one ``codespec/library_choice.py`` picks)."""
     from .libraries import NAMES, installed
 
     return any(installed(name) for name in NAMES)

@@ -5,9 +5,9 @@
 Speculation pays only where a pass over k rows costs little more than a pass over one, and what
 it costs depends on the library's kernels for each weight type and width (``docs/
 benchmarks.md``, "Pass prices by kernel library"). Each library is priced in a process of its
-own, as the two cannot share one (``libraries.py``): ``library_choice.py`` runs this module as a
-child and reads the one JSON line it prints; ``benchmarks/price_layouts.py`` runs it for each
-weight layout.
+own, as the two cannot share one (``libraries.py``): ``codespec/library_choice.py`` runs this
+module as a child and reads the one JSON line it prints; run by hand, it prices any GGUF file
+on either library.
 
 A pass is timed as the engine runs it: ``CONTEXT`` tokens already cached, every row of the pass
 asking for its logits (verification reads them all), the pass's cells dropped after it; the

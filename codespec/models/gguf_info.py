@@ -123,10 +123,8 @@ def read_gguf_info(path: str | os.PathLike) -> GgufInfo:
 @lru_cache(maxsize=64)
 def _read(path: Path, size: int, _mtime_ns: int) -> GgufInfo:
     """``read_gguf_info`` for a checked file (its size and time key the cache)."""
-    from ..ggml.libraries import loaded
-
-    if loaded() == "ik_llama.cpp":  # (mainline cannot join this process: ``ggml/libraries``)
-        return _read_in_child(path)
+    if sys.modules.get("ik_llama_cpp") is not None:  # (mainline cannot join a process running
+        return _read_in_child(path)  # ik_llama.cpp: ``ggml/libraries.py``)
     try:
         import llama_cpp as llama
     except ImportError as exc:  # (an OSError inside: the shared library did not load)

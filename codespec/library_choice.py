@@ -1,17 +1,17 @@
 """Which llama.cpp library runs a GGUF target on this CPU: measured once per machine, then read.
 
 ``--kernels auto`` (the default) prices a decoding pass of 1, 2 and 4 rows on each installed
-library (``pass_prices.py``, each in a child process: the two cannot share one) the first time a
-target file is loaded on a machine, and keeps the figures beside the kernel plans, keyed by the
-processor, its kernel flags, the packages and the cores (``machine.machine_fingerprint``) and by
-the file. The library whose passes cost least in sum wins: plain decoding runs one-row passes and
-speculation mostly two- to four-row ones, so both count. A later start reads the figures;
-deleting the file measures again.
+library (``ggml/pass_prices.py``, each in a child process: the two cannot share one) the first
+time a target file is loaded on a machine, and keeps the figures beside the kernel plans, keyed
+by the processor, its kernel flags, the packages and the cores (``machine.machine_fingerprint``)
+and by the file. The library whose passes cost least in sum wins: plain decoding runs one-row
+passes and speculation mostly two- to four-row ones, so both count. A later start reads the
+figures; deleting the file measures again.
 
 Exact rows (``--exact``) stay on mainline llama.cpp, the library whose width-independence
-``benchmarks/ggml_invariance.py`` measured (``backend.rows_are_exact`` checks it at load). So does
-a process that has loaded mainline already (reading a GGUF's metadata does), since the two
-libraries' C symbols collide.
+``benchmarks/ggml_invariance.py`` measured (``ggml/backend.rows_are_exact`` checks it at load).
+So does a process that has loaded mainline already (reading a GGUF's metadata does), since the
+two libraries' C symbols collide.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..machine import measured_here, remember_here
-from ..models.manifests import ModelError, Progress
-from ..models.sources import cache_root
-from .libraries import MODULES, NAMES, PACKAGES, installed, loaded
+from .files import read_keyed, write_keyed
+from .ggml.libraries import MODULES, NAMES, PACKAGES, installed, loaded
+from .machine import machine_fingerprint
+from .models import ModelError, Progress, cache_root
 
 CHOICES = ("auto", *NAMES)
 WIDTHS = (1, 2, 4)  # the passes that decide (their sum)
@@ -63,7 +63,7 @@ def cheapest(prices: dict) -> str:
 
 def cached(key: str) -> dict | None:
     """This machine's pass prices for the file (milliseconds by library and width), or None."""
-    prices = measured_here(verdict_file(key))
+    prices = read_keyed(verdict_file(key), machine_fingerprint())
     if not isinstance(prices, dict) or not prices:
         return None
     ok = all(
@@ -101,7 +101,7 @@ def measure(path: Path, key: str, candidates: list[str], progress: Progress) -> 
         prices[name] = figures["ms"]
     if not prices:
         return {"llama.cpp": {str(w): 1.0 for w in WIDTHS}}
-    remember_here(verdict_file(key), prices)
+    write_keyed(verdict_file(key), machine_fingerprint(), prices)
     return prices
 
 
