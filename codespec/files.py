@@ -202,7 +202,4 @@ def write_keyed(path: Path, key: str, value: object) -> None:
     except (OSError, FileError, ValueError):
         saved = {}
     saved[key] = value
-    try:
-        write_atomically(path, json.dumps(saved, indent=1))
-    except OSError:
-        pass
+    write_atomically(path, json.dumps(saved, indent=1))

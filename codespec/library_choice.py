@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .files import read_keyed, write_keyed
-from .ggml.libraries import MODULES, NAMES, PACKAGES, installed, loaded
+from .ggml.libraries import NAMES, PACKAGES, installed, loaded
 from .machine import machine_fingerprint
 from .models import ModelError, Progress, cache_root
 
@@ -80,12 +80,12 @@ def measure(path: Path, key: str, candidates: list[str], progress: Progress) -> 
     whose child fails is left out (and noted); none priced: mainline."""
     progress(f"timing the kernel libraries ({', '.join(candidates)}) once on this machine")
     prices = {}
+    widths = ",".join(map(str, WIDTHS))
+    command = [sys.executable, "-m", "codespec.ggml.pass_prices", str(path), "--widths", widths]
     for name in candidates:
-        widths = ",".join(map(str, WIDTHS))
-        command = [sys.executable, "-m", "codespec.ggml.pass_prices", str(path)]
         try:
             done = subprocess.run(
-                [*command, "--library", name, "--widths", widths],
+                [*command, "--library", name],
                 capture_output=True,
                 text=True,
                 timeout=PRICE_TIMEOUT_S,
@@ -103,6 +103,3 @@ def measure(path: Path, key: str, candidates: list[str], progress: Progress) -> 
         return {"llama.cpp": {str(w): 1.0 for w in WIDTHS}}
     write_keyed(verdict_file(key), machine_fingerprint(), prices)
     return prices
-
-
-__all__ = ["CHOICES", "MODULES", "choose_library", "cheapest", "cached", "measure"]

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 NAMES = ("llama.cpp", "ik_llama.cpp")
 MODULES = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp"}
@@ -55,7 +55,7 @@ def _fn(lib: ctypes.CDLL, name: str, argtypes: list, restype: Any) -> Any:
     return func
 
 
-class Library:
+class Library(Protocol):
     """What ``llama.py`` calls, the same for both libraries. Pointers are plain ints or the
     bindings' own objects; a NULL comes back as a falsy value."""
 
@@ -122,7 +122,6 @@ class Mainline(Library):
         extra = dict(flash_attn_type=flash_type, kv_unified=True, type_k=kv_type, type_v=kv_type)
         for field, value in (fields | extra | {"no_perf": True}).items():
             _set(params, field, value)
-        self._memory = None
         return L.llama_init_from_model(model, params)
 
     def free_context(self, ctx: Any) -> None:
@@ -220,7 +219,8 @@ class Ik(Library):
         gc.collect()
         params = self.I.llama_model_default_params()
         # ik repacks at load time into its row-interleaved layouts (``-rtr``), which its
-        # multi-row kernels read; a repacked tensor is a copy, so the file is read, not mapped
+        # multi-row kernels read; it then reads the file whatever ``use_mmap`` says, since a
+        # repacked tensor is a copy
         _set(params, "repack_tensors", repack)
         _set(params, "use_mmap", mmap)
         return self.I.llama_model_load_from_file(os.fsencode(path), params)
